@@ -1,0 +1,113 @@
+// Callee side of a call: look the function up, run it on the executor, send
+// the reply straight from the executor thread to the caller's worker actor.
+#include <caf/send.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/builtins.hpp"
+#include "actors/current_worker.hpp"
+#include "actors/runtime.hpp"
+#include "actors/worker_state.hpp"
+
+namespace castor::detail {
+namespace {
+
+/// Sends the reply of one request, exactly once, from any thread.
+struct Replier {
+  Runtime* rt;
+  caf::strong_actor_ptr caller;
+  CallId id;
+  bool to_self;
+
+  void operator()(Outcome o) const {
+    CallReply reply;
+    reply.id = id;
+    reply.ok = o.ok;
+    if (o.ok)
+      reply.result = to_self ? o.value.deep_copy() : std::move(o.value);
+    else
+      reply.error = std::move(o.error);
+    // Order matters for termination detection: count the reply as sent
+    // before this request stops counting as in flight.
+    rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
+    if (caller) caf::anon_send(caf::actor_cast<worker_peer>(caller), std::move(reply));
+    rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  }
+};
+
+ErrorInfo user_exception(const Runtime& rt, const std::string& fn, std::exception_ptr e) {
+  std::string what;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+    what = "an exception that is not a std::exception";
+  }
+  return make_error(ErrorKind::Remote, rt.name, "worker " + rt.name + ": function '" + fn + "' raised: " + what);
+}
+
+void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Replier reply) {
+  auto fn = req.function;
+  try {
+    if (!entry) {
+      reply(Outcome::success(call_builtin(fn, std::move(req.args))));
+      return;
+    }
+    // The Completion may run later (functions returning a Future); it must
+    // run exactly once, so exceptions from invoke() after it ran are ignored.
+    auto once = std::make_shared<std::atomic<bool>>(false);
+    Completion done = [reply, once, rt, fn](Outcome o) {
+      if (once->exchange(true)) return;
+      if (!o.ok && o.error.worker.empty()) {
+        // An error set by user code (Promise::set_error) names no worker yet.
+        o.error.worker = rt->name;
+        o.error.message = "worker " + rt->name + ": function '" + fn + "' failed: " + o.error.message;
+      }
+      reply(std::move(o));
+    };
+    try {
+      entry->invoke(std::move(req.args), done);
+    } catch (...) {
+      if (!once->load()) throw;
+    }
+  } catch (const CallFailure& f) {
+    reply(Outcome::failure(make_error(f.kind, rt->name, "worker " + rt->name + ": " + f.message)));
+  } catch (...) {
+    reply(Outcome::failure(user_exception(*rt, fn, std::current_exception())));
+  }
+}
+
+}  // namespace
+
+void handle_request_impl(worker_pointer self, CallRequest&& req) {
+  auto* rt = self->state.rt;
+  rt->counters.received.fetch_add(1, std::memory_order_relaxed);
+  rt->counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
+  Replier reply{rt, self->current_sender(), req.id, req.caller == rt->rank};
+  if (rt->state.load() == RunState::stopped) {
+    reply(Outcome::failure(make_error(ErrorKind::Shutdown, rt->name, "worker " + rt->name + " is shut down")));
+    return;
+  }
+  const FunctionEntry* entry = nullptr;
+  if (!is_builtin_name(req.function)) {
+    entry = FunctionRegistry::instance().find(req.function);
+    if (!entry) {
+      reply(Outcome::failure(make_error(ErrorKind::Lookup, rt->name,
+                                        "worker " + rt->name + ": unknown function '" + req.function + "'")));
+      return;
+    }
+  }
+  auto fn = req.function;
+  bool accepted = rt->post([rt, entry, req = std::move(req), reply]() mutable {
+    run_request(rt, entry, std::move(req), reply);
+  });
+  if (!accepted) {
+    auto limit = std::to_string(rt->opts.max_worker_threads);
+    reply(Outcome::failure(make_error(
+        ErrorKind::Remote, rt->name,
+        "worker " + rt->name + " cannot run '" + fn + "': all " + limit +
+            " executor threads are blocked in nested calls (WorkerOptions::max_worker_threads = " + limit + ")")));
+  }
+}
+
+}  // namespace castor::detail

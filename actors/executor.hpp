@@ -1,0 +1,88 @@
+// Executor: the bounded thread pool that runs user functions, then-callbacks
+// and backward nodes, never on CAF scheduler threads. Threads blocked in
+// nested calls do not count against the pool (managed blocking), so fan-in of
+// nested calls cannot deadlock; past a hard bound new work is refused.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace castor::detail {
+
+class Executor : public std::enable_shared_from_this<Executor> {
+ public:
+  using Task = std::function<void()>;
+
+  struct Options {
+    size_t threads = 16;       // runnable threads the pool aims for
+    size_t max_threads = 256;  // hard bound, blocked threads included
+    std::string name = "castor";
+    std::function<void()> on_thread_start;  // e.g. sets current_worker()
+  };
+
+  explicit Executor(Options opts);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  /// Queues a task. Returns false (and drops it) when every thread up to the
+  /// hard bound is blocked, or after stop(): the caller reports the error.
+  bool post(Task task);
+
+  /// Finishes queued tasks, then ends every thread (also blocked ones must
+  /// return first). Idempotent.
+  void stop();
+
+  /// Held by a pool thread while it blocks (Future::wait, rpc_sync): the pool
+  /// may start another thread so that queued work keeps running.
+  class BlockingScope {
+   public:
+    BlockingScope();  // no-op on threads that are not pool threads
+    ~BlockingScope();
+    BlockingScope(const BlockingScope&) = delete;
+    BlockingScope& operator=(const BlockingScope&) = delete;
+
+   private:
+    Executor* pool_;
+  };
+
+  /// The executor that owns the calling thread, or nullptr.
+  static Executor* current();
+
+  /// A runner that posts to this executor while it lives (inline after).
+  std::function<void(std::function<void()>)> runner();
+
+  struct Stats {
+    size_t threads = 0, idle = 0, blocked = 0, running = 0, queued = 0;
+  };
+  Stats stats() const;
+
+  /// No task queued or running.
+  bool idle() const;
+
+  const Options& options() const { return opts_; }
+
+ private:
+  void spawn_locked();
+  void thread_main();
+  void enter_blocking();
+  void leave_blocking();
+
+  Options opts_;
+  mutable std::mutex mtx_;
+  std::condition_variable work_cv_;
+  std::condition_variable exit_cv_;
+  std::deque<Task> queue_;
+  size_t threads_ = 0;  // alive pool threads
+  size_t idle_ = 0;     // waiting for work
+  size_t blocked_ = 0;  // inside a BlockingScope
+  size_t running_ = 0;  // executing a task (blocked ones included)
+  bool stopping_ = false;
+};
+
+}  // namespace castor::detail

@@ -1,0 +1,22 @@
+// The name store: rank 0's rendezvous. Workers join with their name, rank and
+// address; when world_size have joined, every joiner gets the whole world.
+#pragma once
+
+#include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "messages/atoms.hpp"
+#include "messages/rendezvous.hpp"
+
+namespace castor::detail {
+
+using name_store_actor = caf::typed_actor<
+    caf::replies_to<join_atom, JoinRequest>::with<JoinReply>,
+    caf::replies_to<info_atom>::with<std::vector<WorkerRecord>>>;
+
+/// `reference` is rank 0's own join data: every joiner must match its world
+/// size, wire version, autograd mode and registered signatures.
+name_store_actor spawn_name_store(caf::actor_system& sys, JoinRequest reference);
+
+}  // namespace castor::detail

@@ -1,0 +1,165 @@
+// Joining the world: listen, register with the name store on rank 0 (retrying
+// until it is up), then connect to every lower rank; higher ranks connect to
+// us. One TCP connection per pair of workers.
+#include "actors/rendezvous.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/errors.hpp"
+
+namespace castor::detail {
+namespace {
+
+using std::chrono::milliseconds;
+
+[[noreturn]] void fail(const std::string& who, ErrorKind kind, const std::string& msg) {
+  throw_rpc_error(ErrorInfo{kind, who, "init_rpc(" + who + "): " + msg});
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+// The local address on the route to `host` (no packet is sent).
+std::string local_address_towards(const std::string& host, uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM, 0);
+  if (fd < 0) return "127.0.0.1";
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_port = htons(port ? port : 9);
+  std::string out = "127.0.0.1";
+  if (::inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &dst.sin_addr) == 1 &&
+      ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof(dst)) == 0) {
+    sockaddr_in me{};
+    socklen_t len = sizeof(me);
+    char buf[INET_ADDRSTRLEN];
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&me), &len) == 0 &&
+        ::inet_ntop(AF_INET, &me.sin_addr, buf, sizeof(buf)))
+      out = buf;
+  }
+  ::close(fd);
+  return out;
+}
+
+milliseconds left_until(std::chrono::steady_clock::time_point deadline) {
+  auto d = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+  return d.count() > 0 ? d : milliseconds(1);
+}
+
+// Connects to a published worker, retrying until `deadline` (the peer may
+// not be listening yet when every rank starts at once).
+worker_peer connect_with_retry(Runtime& rt, const std::string& host, uint16_t port,
+                               std::chrono::steady_clock::time_point deadline, const std::string& what) {
+  auto pause = milliseconds(20);
+  for (;;) {
+    auto h = rt.system->middleman().remote_actor<worker_peer>(host, port);
+    if (h) return *h;
+    if (std::chrono::steady_clock::now() + pause >= deadline)
+      fail(rt.name, ErrorKind::Unreachable,
+           "cannot reach " + what + " at " + host + ":" + std::to_string(port) + " within " +
+               std::to_string(rt.opts.init_timeout.count()) + " ms: " + rt.system->render(h.error()));
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, milliseconds(250));
+  }
+}
+
+std::string missing_ranks(const std::vector<WorkerRecord>& joined, int world_size) {
+  std::vector<bool> seen(size_t(world_size), false);
+  for (const auto& r : joined)
+    if (r.rank >= 0 && r.rank < world_size) seen[size_t(r.rank)] = true;
+  std::string out;
+  for (int r = 0; r < world_size; ++r)
+    if (!seen[size_t(r)]) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+WorkerOptions resolve_options(WorkerOptions o) {
+  if (o.rank < 0) o.rank = std::atoi(env_or("RANK", "-1").c_str());
+  if (o.world_size < 0) o.world_size = std::atoi(env_or("WORLD_SIZE", "-1").c_str());
+  if (o.master.host.empty()) o.master.host = env_or("MASTER_ADDR", "");
+  if (o.master.port == 0) o.master.port = uint16_t(std::atoi(env_or("MASTER_PORT", "0").c_str()));
+  if (o.name.empty() && o.rank >= 0) o.name = "worker" + std::to_string(o.rank);
+  std::string who = o.name.empty() ? "?" : o.name;
+  if (o.world_size <= 0) fail(who, ErrorKind::Lookup, "world_size is not set (WorkerOptions::world_size or WORLD_SIZE)");
+  if (o.world_size > 32767) fail(who, ErrorKind::Lookup, "world_size above 32767 is not supported");
+  if (o.rank < 0 || o.rank >= o.world_size)
+    fail(who, ErrorKind::Lookup,
+         "rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world_size) +
+             ") (WorkerOptions::rank or RANK)");
+  if (o.master.host.empty()) fail(who, ErrorKind::Lookup, "master address is not set (WorkerOptions::master or MASTER_ADDR)");
+  if (o.master.port == 0) fail(who, ErrorKind::Lookup, "master port is not set (WorkerOptions::master or MASTER_PORT)");
+  if (o.num_worker_threads == 0) o.num_worker_threads = 1;
+  if (o.host.empty()) o.host = o.rank == 0 ? o.master.host : local_address_towards(o.master.host, o.master.port);
+  if (o.rank == 0) o.port = o.master.port;  // rank 0's worker actor is the rendezvous point
+  return o;
+}
+
+void join_world(Runtime& rt) {
+  auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
+  auto& mm = rt.system->middleman();
+  auto published = mm.publish(caf::actor_cast<worker_peer>(rt.actor), rt.opts.port, rt.opts.host.c_str(), rt.rank == 0);
+  if (!published)
+    fail(rt.name, ErrorKind::Unreachable,
+         "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " +
+             rt.system->render(published.error()));
+  rt.opts.port = *published;
+
+  worker_peer master = rt.rank == 0 ? caf::actor_cast<worker_peer>(rt.actor)
+                                    : connect_with_retry(rt, rt.opts.master.host, rt.opts.master.port, deadline,
+                                                         "the master (rank 0)");
+  JoinReply reply;
+  {
+    caf::scoped_actor self{*rt.system};
+    bool answered = false;
+    caf::error failure;
+    self->request(master, left_until(deadline), join_atom::value, make_join_request(rt))
+        .receive([&](JoinReply& r) { reply = std::move(r), answered = true; },
+                 [&](caf::error& e) { failure = std::move(e); });
+    if (!answered) {
+      std::vector<WorkerRecord> joined;
+      self->request(master, milliseconds(2000), info_atom::value)
+          .receive([&](std::vector<WorkerRecord>& xs) { joined = std::move(xs); }, [](caf::error&) {});
+      if (failure == caf::sec::request_timeout)
+        fail(rt.name, ErrorKind::Timeout,
+             "timed out after " + std::to_string(rt.opts.init_timeout.count()) +
+                 " ms waiting for ranks " + missing_ranks(joined, rt.opts.world_size) +
+                 " to join (world_size " + std::to_string(rt.opts.world_size) + ")");
+      fail(rt.name, ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
+    }
+  }
+  if (!reply.ok) fail(rt.name, ErrorKind::Lookup, reply.error);
+  rt.world = std::move(reply.workers);
+  for (const auto& w : rt.world) rt.rank_by_name[w.name] = w.rank;
+
+  // Connect to every lower rank; higher ranks connect to us (hello).
+  caf::scoped_actor self{*rt.system};
+  for (WorkerId r = 0; r < rt.rank; ++r) {
+    const auto& rec = rt.world[size_t(r)];
+    auto h = r == 0 ? master : connect_with_retry(rt, rec.host, rec.port, deadline, "worker " + rec.name);
+    bool ok = false;
+    self->request(rt.actor, left_until(deadline), peer_atom::value, r, h)
+        .receive([&](bool b) { ok = b; }, [](caf::error&) {});
+    if (!ok) fail(rt.name, ErrorKind::Internal, "could not register peer " + rec.name);
+  }
+  bool ready = false;
+  self->request(rt.actor, left_until(deadline), ready_atom::value)
+      .receive([&](bool b) { ready = b; }, [](caf::error&) {});
+  if (!ready)
+    fail(rt.name, ErrorKind::Timeout,
+         "timed out after " + std::to_string(rt.opts.init_timeout.count()) +
+             " ms waiting for higher ranks to connect");
+}
+
+}  // namespace castor::detail

@@ -1,0 +1,44 @@
+// Runtime: construction, teardown order, small shared helpers.
+#include "actors/runtime.hpp"
+
+#include <caf/send.hpp>
+
+#include "actors/worker.hpp"
+
+namespace castor::detail {
+
+Runtime::Runtime(WorkerOptions o) : opts(std::move(o)) {}
+
+Runtime::~Runtime() { teardown(); }
+
+void Runtime::teardown() {
+  // Teardown order: no user code left (executor), then the actors, then the
+  // actor system (which waits for them), then its config.
+  if (executor) executor->stop();
+  if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+  actor = nullptr;
+  system.reset();
+  cfg.reset();
+  state.store(RunState::stopped);
+  view.reset();  // breaks the cycle runtime -> view -> runtime
+}
+
+std::string Runtime::name_of(WorkerId r) const {
+  if (r >= 0 && size_t(r) < world.size()) return world[size_t(r)].name;
+  return "rank " + std::to_string(r);
+}
+
+bool Runtime::post(Executor::Task task) { return executor->post(std::move(task)); }
+
+CallbackRunner Runtime::callback_runner() const { return executor->runner(); }
+
+JoinRequest make_join_request(const Runtime& rt) {
+  JoinRequest req;
+  req.self = WorkerRecord{rt.name, rt.rank, rt.opts.host, rt.opts.port};
+  req.world_size = rt.opts.world_size;
+  req.autograd_mode = to_string(rt.opts.autograd_mode);
+  req.signatures = all_signatures();
+  return req;
+}
+
+}  // namespace castor::detail

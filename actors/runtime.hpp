@@ -1,0 +1,76 @@
+// Runtime: one worker's shared machinery (actor system, executor, world table,
+// counters), owned by the Worker handle and used by the worker actor and the
+// executor's tasks.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "actors/executor.hpp"
+#include "actors/worker_actor.hpp"
+#include "actors/worker_options.hpp"
+#include "messages/ids.hpp"
+#include "messages/rendezvous.hpp"
+
+namespace castor {
+class Worker;
+}
+
+namespace castor::detail {
+
+/// Counters for termination detection (see Note [Graceful shutdown] in
+/// actors/shutdown.cpp). Written by the actor and by executor threads.
+struct MessageCounters {
+  std::atomic<uint64_t> sent{0};      // counted messages sent to any worker (self included)
+  std::atomic<uint64_t> received{0};  // counted messages handled
+  std::atomic<int64_t> in_flight{0};  // requests received whose reply is not sent yet
+};
+
+enum class RunState : int { starting, running, shutting_down, stopped };
+
+class Runtime {
+ public:
+  explicit Runtime(WorkerOptions opts);
+  ~Runtime();
+
+  // -- set once by init_rpc, then read-only ----------------------------------
+  WorkerOptions opts;
+  WorkerId rank = -1;
+  std::string name;
+  std::vector<WorkerRecord> world;  // by rank
+  std::unordered_map<std::string, WorkerId> rank_by_name;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> system;
+  std::shared_ptr<Executor> executor;
+  worker_actor actor;
+  std::unique_ptr<Worker> view;  // non-owning Worker, for current_worker()
+
+  // -- shared, thread-safe ----------------------------------------------------
+  IdGenerator<CallId> call_ids;
+  MessageCounters counters;
+  std::atomic<RunState> state{RunState::starting};
+
+  /// Name of a rank for messages ("worker1"), or "rank N" if unknown.
+  std::string name_of(WorkerId r) const;
+
+  /// Stops the executor, the actors and the actor system. Idempotent.
+  void teardown();
+
+  /// Posts to the executor; false if it refused (saturated or stopped).
+  bool post(Executor::Task task);
+
+  /// Where then-callbacks of this worker's futures run.
+  CallbackRunner callback_runner() const;
+};
+
+/// What this worker sends to the name store (rank 0 keeps its own as the
+/// reference every joiner must match).
+JoinRequest make_join_request(const Runtime& rt);
+
+}  // namespace castor::detail

@@ -1,0 +1,75 @@
+// The worker actor's behavior: each handler delegates to a named *_impl.
+#include "actors/worker_actor.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/runtime.hpp"
+#include "actors/worker_state.hpp"
+
+namespace castor::detail {
+namespace {
+
+worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
+  self->state.rt = rt;
+  self->state.peers.resize(size_t(rt->opts.world_size));
+  if (rt->rank == 0) {
+    self->state.name_store = spawn_name_store(self->system(), make_join_request(*rt));
+    self->link_to(self->state.name_store);  // it ends with the worker
+  }
+  self->set_down_handler([self](caf::down_msg& dm) { on_peer_down_impl(self, dm); });
+  // Anything else (a message from a newer or hostile peer) is dropped, not fatal.
+  self->set_default_handler([self](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
+    std::fprintf(stderr, "castor[%s]: dropped an unexpected message %s\n", self->state.rt->name.c_str(),
+                 caf::to_string(x.content()).c_str());
+    return caf::sec::unexpected_message;
+  });
+  return {
+      // -- peers ------------------------------------------------------------
+      [self](hello_atom, WorkerId from) {
+        add_peer_impl(self, from, caf::actor_cast<worker_peer>(self->current_sender()));
+      },
+      [self](peer_atom, WorkerId rank, worker_peer handle) {
+        bool ok = add_peer_impl(self, rank, handle);
+        if (ok) self->send(handle, hello_atom::value, self->state.rt->rank);
+        return ok;
+      },
+      [self](ready_atom) -> caf::result<bool> {
+        if (all_peers_known(self)) return true;
+        auto rp = self->make_response_promise<bool>();
+        self->state.ready_waiters.push_back(rp);
+        return rp;
+      },
+      // -- calls ------------------------------------------------------------
+      [self](OutgoingCall& call) { start_call_impl(self, std::move(call)); },
+      [self](CallRequest& req) { handle_request_impl(self, std::move(req)); },
+      [self](CallReply& reply) { handle_reply_impl(self, std::move(reply)); },
+      [self](sweep_atom) { sweep_impl(self); },
+      // -- rendezvous (rank 0 serves it through its name store) ---------------
+      [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {
+        if (!self->state.name_store) return JoinReply{false, self->state.rt->name + " is not the rendezvous master", {}};
+        return self->delegate(self->state.name_store, atm, std::move(req));
+      },
+      [self](info_atom atm) -> caf::result<std::vector<WorkerRecord>> {
+        if (!self->state.name_store) return std::vector<WorkerRecord>{};
+        return self->delegate(self->state.name_store, atm);
+      },
+      // -- shutdown -----------------------------------------------------------
+      [self](ShutdownCommand& cmd) { begin_shutdown_impl(self, std::move(cmd)); },
+      [self](shutdown_atom, WorkerId rank) { on_shutdown_entered_impl(self, rank); },
+      [self](probe_atom) { start_wave_impl(self); },
+      [self](probe_atom, int64_t round) { return local_report_impl(self, round); },
+      [self](done_atom) {
+        finish_shutdown_impl(self, std::nullopt);
+        return true;
+      },
+  };
+}
+
+}  // namespace
+
+worker_actor spawn_worker_actor(Runtime& rt) {
+  return rt.system->spawn(worker_behavior, &rt);
+}
+
+}  // namespace castor::detail

@@ -1,0 +1,64 @@
+// WorkerOptions: everything init_rpc needs to start a worker and join a world.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace castor {
+
+/// How distributed backward passes find their dependencies (engine/).
+enum class AutogradMode {
+  fast,   // PyTorch's only mode: every send function is assumed to get a gradient
+  smart,  // the RFC's: sends carry lineage, a backward waits only for sends it can reach
+};
+
+const char* to_string(AutogradMode m);
+
+/// A per-call limit, passed as the last argument of rpc_sync, rpc_async,
+/// remote and to_here: `castor::Timeout{std::chrono::milliseconds(500)}`.
+struct Timeout {
+  std::chrono::milliseconds value{0};
+};
+
+struct Address {
+  std::string host;
+  uint16_t port = 0;
+};
+
+struct WorkerOptions {
+  std::string name;     // unique in the world; RANK-derived "worker<rank>" if empty
+  int rank = -1;        // from RANK if unset
+  int world_size = -1;  // from WORLD_SIZE if unset
+  Address master;       // rank 0 serves the rendezvous here (MASTER_ADDR, MASTER_PORT)
+
+  /// Address peers use to reach this worker; derived from the route to the
+  /// master when empty. Rank 0 listens on the master port.
+  std::string host;
+  uint16_t port = 0;  // 0: any free port
+
+  std::chrono::milliseconds rpc_timeout{60000};   // default for every call
+  std::chrono::milliseconds init_timeout{60000};  // until every rank has joined
+
+  size_t num_worker_threads = 16;   // runnable executor threads
+  size_t max_worker_threads = 256;  // bound including threads blocked in nested calls
+
+  /// libtorch intra-op threads; 0 = the cores shared among this host's workers.
+  int intra_op_threads = 0;
+
+  AutogradMode autograd_mode = AutogradMode::smart;
+
+  /// CAF settings applied on top of castor's defaults ("scheduler.policy" -> "sharing").
+  std::map<std::string, std::string> caf_settings;
+};
+
+/// A worker as others see it: its name and its id (the rank).
+struct WorkerInfo {
+  std::string name;
+  int64_t id = -1;
+
+  friend bool operator==(const WorkerInfo& a, const WorkerInfo& b) { return a.name == b.name && a.id == b.id; }
+};
+
+}  // namespace castor

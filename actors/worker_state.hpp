@@ -1,0 +1,96 @@
+// The worker actor's state and the handler implementations, split by job:
+// call_routing.cpp (our calls out), call_dispatch.cpp (calls in), liveness.cpp
+// (peers), shutdown.cpp (termination detection). All `*_impl` functions run
+// inside the actor: no locks.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor_addr.hpp>
+#include <caf/typed_response_promise.hpp>
+
+#include "actors/name_store.hpp"
+#include "actors/worker_actor.hpp"
+
+namespace castor::detail {
+
+using Clock = std::chrono::steady_clock;
+
+struct PeerSlot {
+  worker_peer handle;  // set when the peer connected (init)
+  bool alive = true;   // cleared by the down handler; a dead worker stays dead
+};
+
+struct PendingCall {
+  WorkerId to = -1;
+  std::string function;
+  std::chrono::milliseconds timeout{0};
+  Completion done;
+  std::multimap<Clock::time_point, CallId>::iterator deadline;
+};
+
+/// Graceful shutdown bookkeeping, see Note [Graceful shutdown] in shutdown.cpp.
+struct ShutdownState {
+  bool requested = false;  // set by the local ShutdownCommand
+  std::function<void(std::optional<ErrorInfo>)> done;  // reset once called
+  // Coordinator (rank 0) only:
+  std::set<WorkerId> entered;  // ranks that asked to shut down
+  int64_t round = 0;           // current termination wave
+  std::vector<TerminationReport> reports;
+  bool wave_running = false;
+  bool have_previous = false;  // the previous wave was balanced and idle
+  uint64_t previous_sent = 0, previous_received = 0;
+  size_t acks_missing = 0;  // done_atom answers still expected
+};
+
+struct worker_state {
+  static inline const char* name = "castor.worker";
+
+  Runtime* rt = nullptr;
+  name_store_actor name_store;  // rank 0 only
+
+  // Peers by rank, filled during init (peer/hello messages); self's slot unused.
+  std::vector<std::optional<PeerSlot>> peers;
+  std::unordered_map<caf::actor_addr, WorkerId> rank_by_addr;
+  std::vector<caf::typed_response_promise<bool>> ready_waiters;  // init threads
+
+  // Our calls awaiting replies; removed on reply, timeout, death or shutdown.
+  std::unordered_map<CallId, PendingCall> pending;
+  std::multimap<Clock::time_point, CallId> deadlines;
+  std::optional<Clock::time_point> sweep_at;  // earliest scheduled sweep
+
+  ShutdownState shutdown;
+};
+
+using worker_pointer = worker_actor::stateful_pointer<worker_state>;
+
+// call_routing.cpp
+void start_call_impl(worker_pointer self, OutgoingCall&& call);
+void handle_reply_impl(worker_pointer self, CallReply&& reply);
+void sweep_impl(worker_pointer self);
+void fail_pending_impl(worker_pointer self, std::function<bool(const PendingCall&)> which,
+                       std::function<ErrorInfo(const PendingCall&)> why);
+
+// call_dispatch.cpp
+void handle_request_impl(worker_pointer self, CallRequest&& request);
+
+// liveness.cpp
+bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle);
+bool all_peers_known(worker_pointer self);
+void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm);
+bool peer_usable(worker_pointer self, WorkerId rank);
+
+// shutdown.cpp
+void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd);
+void on_shutdown_entered_impl(worker_pointer self, WorkerId rank);
+TerminationReport local_report_impl(worker_pointer self, int64_t round);
+void start_wave_impl(worker_pointer self);
+void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error);
+void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank);
+
+}  // namespace castor::detail

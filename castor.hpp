@@ -1,0 +1,12 @@
+// castor: distributed model-parallel training for C++. The one header users
+// include; it brings in libtorch's C++ frontend (users write libtorch code).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "actors/current_worker.hpp"
+#include "actors/errors.hpp"
+#include "actors/future.hpp"
+#include "actors/registry.hpp"
+#include "actors/worker.hpp"
+#include "actors/worker_options.hpp"

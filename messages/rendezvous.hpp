@@ -1,0 +1,58 @@
+// Rendezvous messages: joining the world through the name store on rank 0.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "messages/ids.hpp"
+#include "messages/wire_checks.hpp"
+
+namespace castor {
+
+/// Bumped whenever a message's wire format changes; joiners must agree.
+inline constexpr uint32_t kWireProtocolVersion = 1;
+
+struct WorkerRecord {
+  std::string name;
+  WorkerId rank = -1;
+  std::string host;
+  uint16_t port = 0;
+
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, WorkerRecord& x) {
+    return f(caf::meta::type_name("castor::WorkerRecord"), wire::checked(x.name), x.rank,
+             wire::checked(x.host), x.port);
+  }
+};
+
+struct JoinRequest {
+  WorkerRecord self;
+  int32_t world_size = 0;
+  uint32_t wire_version = kWireProtocolVersion;
+  std::string autograd_mode;            // must be the same on every worker
+  std::vector<std::string> signatures;  // every registered function and class, sorted
+
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
+    return f(caf::meta::type_name("castor::JoinRequest"), x.self, x.world_size, x.wire_version,
+             wire::checked(x.autograd_mode), wire::checked(x.signatures));
+  }
+};
+
+/// The name store's answer: the whole world, or why this worker may not join.
+struct JoinReply {
+  bool ok = false;
+  std::string error;
+  std::vector<WorkerRecord> workers;  // indexed by rank when ok
+
+  template <class Inspector>
+  friend typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
+    return f(caf::meta::type_name("castor::JoinReply"), x.ok, wire::checked(x.error),
+             wire::checked(x.workers));
+  }
+};
+
+}  // namespace castor

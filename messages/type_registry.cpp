@@ -1,0 +1,23 @@
+// add_message_type for every message struct of messages/.
+#include "messages/type_registry.hpp"
+
+#include <caf/actor_system_config.hpp>
+
+#include "messages/call.hpp"
+#include "messages/rendezvous.hpp"
+#include "messages/shutdown_proto.hpp"
+
+namespace castor::detail {
+
+void register_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<Value>("castor::Value");
+  cfg.add_message_type<CallRequest>("castor::CallRequest");
+  cfg.add_message_type<CallReply>("castor::CallReply");
+  cfg.add_message_type<ErrorInfo>("castor::ErrorInfo");
+  cfg.add_message_type<WorkerRecord>("castor::WorkerRecord");
+  cfg.add_message_type<JoinRequest>("castor::JoinRequest");
+  cfg.add_message_type<JoinReply>("castor::JoinReply");
+  cfg.add_message_type<TerminationReport>("castor::TerminationReport");
+}
+
+}  // namespace castor::detail

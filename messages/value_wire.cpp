@@ -1,0 +1,135 @@
+// Value on the wire: a one-byte tag, then the payload. Decoding never trusts a
+// length: every count is checked against the bytes left, nesting is capped.
+#include <caf/deserializer.hpp>
+#include <caf/sec.hpp>
+#include <caf/serializer.hpp>
+
+#include "messages/tensor_wire.hpp"
+#include "messages/value.hpp"
+#include "messages/wire_checks.hpp"
+
+namespace castor {
+namespace wire {
+
+caf::error write_string(caf::serializer& f, std::string& s) {
+  size_t n = s.size();
+  if (auto err = f.begin_sequence(n)) return err;
+  if (n > 0)
+    if (auto err = f.apply_raw(n, s.data())) return err;
+  return f.end_sequence();
+}
+
+caf::error read_string(caf::deserializer& f, std::string& s) {
+  size_t n = 0;
+  if (auto err = read_length(f, n)) return err;
+  s.resize(n);
+  if (n > 0)
+    if (auto err = f.apply_raw(n, s.data())) return err;
+  return f.end_sequence();
+}
+
+}  // namespace wire
+
+namespace {
+
+// Deeper nesting than this is refused: a forged message must not exhaust the
+// stack of the thread that decodes it.
+constexpr int kMaxNesting = 64;
+
+caf::error write_value(caf::serializer& f, Value& x) {
+  auto tag = uint8_t(x.kind());
+  if (auto err = f(tag)) return err;
+  switch (x.kind()) {
+    case Value::Kind::None: return caf::none;
+    case Value::Kind::Bool: {
+      uint8_t b = x.to_bool() ? 1 : 0;
+      return f(b);
+    }
+    case Value::Kind::Int: {
+      int64_t i = x.to_int();
+      return f(i);
+    }
+    case Value::Kind::Double: {
+      double d = x.to_double();
+      return f(d);
+    }
+    case Value::Kind::String: return wire::write_string(f, x.to_string_ref());
+    case Value::Kind::Tensor: return wire::write_tensor(f, x.to_tensor());
+    case Value::Kind::List: {
+      auto& xs = x.to_list();
+      size_t n = xs.size();
+      if (auto err = f.begin_sequence(n)) return err;
+      for (auto& item : xs)
+        if (auto err = write_value(f, item)) return err;
+      return f.end_sequence();
+    }
+    case Value::Kind::RRef: return inspect(f, x.to_rref());
+    case Value::Kind::External: return caf::sec::invalid_argument;  // never sent as such
+  }
+  return caf::sec::invalid_argument;
+}
+
+caf::error read_value(caf::deserializer& f, Value& x, int depth) {
+  if (depth > kMaxNesting) return caf::sec::invalid_argument;
+  uint8_t tag = 0;
+  if (auto err = f(tag)) return err;
+  switch (Value::Kind(tag)) {
+    case Value::Kind::None: x = Value(); return caf::none;
+    case Value::Kind::Bool: {
+      uint8_t b = 0;
+      if (auto err = f(b)) return err;
+      if (b > 1) return caf::sec::invalid_argument;
+      x = Value(b == 1);
+      return caf::none;
+    }
+    case Value::Kind::Int: {
+      int64_t i = 0;
+      if (auto err = f(i)) return err;
+      x = Value(i);
+      return caf::none;
+    }
+    case Value::Kind::Double: {
+      double d = 0;
+      if (auto err = f(d)) return err;
+      x = Value(d);
+      return caf::none;
+    }
+    case Value::Kind::String: {
+      std::string s;
+      if (auto err = wire::read_string(f, s)) return err;
+      x = Value(std::move(s));
+      return caf::none;
+    }
+    case Value::Kind::Tensor: return wire::read_tensor(f, x);
+    case Value::Kind::List: {
+      size_t n = 0;
+      if (auto err = wire::read_length(f, n)) return err;  // every item takes >= 1 byte
+      Value::List xs(n);
+      for (auto& item : xs)
+        if (auto err = read_value(f, item, depth + 1)) return err;
+      x = Value(std::move(xs));
+      return f.end_sequence();
+    }
+    case Value::Kind::RRef: {
+      RRefForkData r;
+      if (auto err = inspect(f, r)) return err;
+      x = Value(std::move(r));
+      return caf::none;
+    }
+    default: return caf::sec::invalid_argument;
+  }
+}
+
+}  // namespace
+
+caf::error inspect(caf::serializer& f, Value& x) { return write_value(f, x); }
+caf::error inspect(caf::deserializer& f, Value& x) { return read_value(f, x, 0); }
+
+caf::error inspect(caf::serializer& f, RRefForkData& x) {
+  return f(x.owner, x.rref_id, x.fork_id, x.parent, wire::checked(x.type_name));
+}
+caf::error inspect(caf::deserializer& f, RRefForkData& x) {
+  return f(x.owner, x.rref_id, x.fork_id, x.parent, wire::checked(x.type_name));
+}
+
+}  // namespace castor

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian packages castor needs (idempotent: skips what is installed).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ccache pkg-config
+  libcaf-dev libcaf-doc           # actors, remoting, TLS (CAF 0.17)
+  libtorch-dev                    # tensors, autograd, optimizers (libtorch 1.13)
+  libboost-dev                    # misc utilities
+  nlohmann-json3-dev              # cluster files, inspection output
+  doctest-dev                     # tests
+  zlib1g-dev                      # gzip'd IDX files of the data set
+  dataset-fashion-mnist           # the training apps' data
+  python3-torch                   # the PyTorch anchor in bench/ (never a runtime dependency)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  SUDO=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

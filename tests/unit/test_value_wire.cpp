@@ -1,0 +1,120 @@
+// Value: every kind round-trips; lengths and nesting are bounded on decode.
+#include <doctest/doctest.h>
+
+#include <ATen/ATen.h>
+
+#include "messages/call.hpp"
+#include "messages/value_traits.hpp"
+#include "wire_helpers.hpp"
+
+using namespace castor;
+using castor::test::decode;
+using castor::test::encode;
+using castor::test::roundtrip;
+
+TEST_CASE("scalars, strings, lists and RRef forks round-trip") {
+  CHECK(roundtrip(Value()).is_none());
+  CHECK(roundtrip(Value(true)).to_bool() == true);
+  CHECK(roundtrip(Value(int64_t(-42))).to_int() == -42);
+  CHECK(roundtrip(Value(2.5)).to_double() == 2.5);
+  CHECK(roundtrip(Value("héllo")).to_string_ref() == "héllo");
+  CHECK(roundtrip(Value(std::string(100000, 'x'))).to_string_ref().size() == 100000);
+  auto list = roundtrip(Value(Value::List{Value(1), Value("a"), Value(Value::List{Value(false)})}));
+  REQUIRE(list.is_list());
+  CHECK(list.to_list().size() == 3);
+  CHECK(list.to_list()[2].to_list()[0].to_bool() == false);
+  RRefForkData fork{3, RRefId(3, 17), ForkId(1, 5), 1, "Tensor"};
+  CHECK((roundtrip(Value(fork)).to_rref() == fork));
+}
+
+TEST_CASE("a forged string length is refused before allocating") {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  uint8_t tag = uint8_t(Value::Kind::String);
+  size_t claimed = size_t(1) << 31;  // CAF encodes lengths as 32-bit varbytes
+  REQUIRE_FALSE(sink(tag));
+  REQUIRE_FALSE(sink.begin_sequence(claimed));
+  buf.push_back('a');
+  Value out;
+  CHECK(decode(buf, out));
+}
+
+TEST_CASE("a forged list length is refused") {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  uint8_t tag = uint8_t(Value::Kind::List);
+  size_t claimed = size_t(1) << 31;
+  REQUIRE_FALSE(sink(tag));
+  REQUIRE_FALSE(sink.begin_sequence(claimed));
+  Value out;
+  CHECK(decode(buf, out));
+}
+
+TEST_CASE("nesting deeper than the cap is refused, not a stack overflow") {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  uint8_t tag = uint8_t(Value::Kind::List);
+  size_t one = 1;
+  for (int i = 0; i < 100000; ++i) {
+    REQUIRE_FALSE(sink(tag));
+    REQUIRE_FALSE(sink.begin_sequence(one));
+  }
+  Value out;
+  CHECK(decode(buf, out));
+  Value ok;
+  for (int i = 0; i < 10; ++i) ok = Value(Value::List{ok});
+  CHECK(roundtrip(ok).is_list());
+}
+
+TEST_CASE("unknown tags and bad bools are refused") {
+  std::vector<char> buf{char(99)};
+  Value out;
+  CHECK(decode(buf, out));
+  std::vector<char> b2{char(uint8_t(Value::Kind::Bool)), char(5)};
+  CHECK(decode(b2, out));
+}
+
+TEST_CASE("call messages round-trip and reject truncation") {
+  CallRequest req;
+  req.id = CallId(2, 99);
+  req.caller = 2;
+  req.function = "my_add";
+  req.args = {Value(at::ones({2})), Value(int64_t(3))};
+  auto buf = encode(req);
+  CallRequest back;
+  REQUIRE_FALSE(decode(buf, back));
+  CHECK((back.id == req.id));
+  CHECK(back.function == "my_add");
+  CHECK(back.args.size() == 2);
+  for (size_t n = 0; n < buf.size(); n += 3) {
+    std::vector<char> cut(buf.begin(), buf.begin() + long(n));
+    CallRequest partial;
+    CHECK(decode(cut, partial));
+  }
+  CallReply reply;
+  reply.id = req.id;
+  reply.ok = false;
+  reply.error = ErrorInfo{ErrorKind::Timeout, "worker1", "too slow"};
+  CallReply rback;
+  REQUIRE_FALSE(decode(encode(reply), rback));
+  CHECK((rback.error.kind == ErrorKind::Timeout));
+  CHECK(rback.error.message == "too slow");
+}
+
+TEST_CASE("ValueTraits convert C++ types and report mismatches with a path") {
+  auto v = ValueTraits<std::vector<std::tuple<int64_t, std::string>>>::to_value({{1, "a"}, {2, "b"}});
+  auto back = ValueTraits<std::vector<std::tuple<int64_t, std::string>>>::from_value(std::move(v));
+  CHECK(std::get<1>(back[1]) == "b");
+  Value bad(Value::List{Value(int64_t(1)), Value("x")});
+  try {
+    ValueTraits<std::vector<int64_t>>::from_value(std::move(bad));
+    FAIL("expected a mismatch");
+  } catch (const TypeMismatch& m) {
+    CHECK(m.path == "[1]");
+    CHECK(m.expected == "int64");
+    CHECK(m.given == "string");
+  }
+  CHECK(ValueTraits<double>::from_value(Value(int64_t(3))) == 3.0);
+  CHECK_THROWS_AS(ValueTraits<int8_t>::from_value(Value(int64_t(1000))), TypeMismatch);
+  CHECK((ValueTraits<std::optional<at::Tensor>>::from_value(Value()) == std::nullopt));
+}
