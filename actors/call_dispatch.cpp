@@ -98,16 +98,17 @@ void handle_request_impl(worker_pointer self, CallRequest&& req) {
     }
   }
   auto fn = req.function;
-  bool accepted = rt->post([rt, entry, req = std::move(req), reply]() mutable {
-    run_request(rt, entry, std::move(req), reply);
-  });
-  if (!accepted) {
+  auto saturated = [rt, fn, reply] {
     auto limit = std::to_string(rt->opts.max_worker_threads);
     reply(Outcome::failure(make_error(
         ErrorKind::Remote, rt->name,
         "worker " + rt->name + " cannot run '" + fn + "': all " + limit +
             " executor threads are blocked in nested calls (WorkerOptions::max_worker_threads = " + limit + ")")));
-  }
+  };
+  bool accepted = rt->post([rt, entry, req = std::move(req), reply]() mutable {
+    run_request(rt, entry, std::move(req), reply);
+  }, saturated);
+  if (!accepted) saturated();
 }
 
 }  // namespace castor::detail

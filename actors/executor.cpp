@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <thread>
+#include <vector>
 
 namespace castor::detail {
 namespace {
@@ -31,12 +32,12 @@ std::function<void(std::function<void()>)> Executor::runner() {
   };
 }
 
-bool Executor::post(Task task) {
+bool Executor::post(Task task, Task reject) {
   std::unique_lock<std::mutex> lock(mtx_);
   if (stopping_) return false;
   size_t runnable = threads_ - blocked_;
   if (runnable == 0 && threads_ >= opts_.max_threads) return false;  // saturated
-  queue_.push_back(std::move(task));
+  queue_.push_back(Entry{std::move(task), std::move(reject)});
   if (idle_ > 0)
     work_cv_.notify_one();
   else if (runnable < opts_.threads && threads_ < opts_.max_threads)
@@ -64,7 +65,7 @@ void Executor::thread_main() {
       if (!woke && threads_ - blocked_ > opts_.threads) break;  // retire a surplus thread
       continue;
     }
-    auto task = std::move(queue_.front());
+    auto task = std::move(queue_.front().run);
     queue_.pop_front();
     ++running_;
     lock.unlock();
@@ -92,11 +93,27 @@ void Executor::stop() {
 }
 
 void Executor::enter_blocking() {
-  std::lock_guard<std::mutex> lock(mtx_);
-  ++blocked_;
-  // Keep the pool's runnable size while this thread waits, if work is queued.
-  if (!queue_.empty() && idle_ == 0 && threads_ - blocked_ < opts_.threads && threads_ < opts_.max_threads)
-    spawn_locked();
+  std::vector<Task> rejected;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    ++blocked_;
+    // Keep the pool's runnable size while this thread waits, if work is queued.
+    if (!queue_.empty() && idle_ == 0 && threads_ - blocked_ < opts_.threads && threads_ < opts_.max_threads)
+      spawn_locked();
+    // Saturated: every thread up to the bound now waits, so queued work that
+    // can be refused is refused rather than left to wait forever.
+    if (threads_ == blocked_ && threads_ >= opts_.max_threads) {
+      for (auto it = queue_.begin(); it != queue_.end();) {
+        if (it->reject) {
+          rejected.push_back(std::move(it->reject));
+          it = queue_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+  }
+  for (auto& r : rejected) r();
 }
 
 void Executor::leave_blocking() {

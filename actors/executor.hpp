@@ -32,7 +32,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
 
   /// Queues a task. Returns false (and drops it) when every thread up to the
   /// hard bound is blocked, or after stop(): the caller reports the error.
-  bool post(Task task);
+  /// `reject`, if given, runs instead of `task` should the pool saturate
+  /// while the task waits in the queue.
+  bool post(Task task, Task reject = {});
 
   /// Finishes queued tasks, then ends every thread (also blocked ones must
   /// return first). Idempotent.
@@ -77,7 +79,11 @@ class Executor : public std::enable_shared_from_this<Executor> {
   mutable std::mutex mtx_;
   std::condition_variable work_cv_;
   std::condition_variable exit_cv_;
-  std::deque<Task> queue_;
+  struct Entry {
+    Task run;
+    Task reject;
+  };
+  std::deque<Entry> queue_;
   size_t threads_ = 0;  // alive pool threads
   size_t idle_ = 0;     // waiting for work
   size_t blocked_ = 0;  // inside a BlockingScope

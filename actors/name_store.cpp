@@ -14,6 +14,7 @@ namespace castor::detail {
 namespace {
 
 struct Joiner {
+  uint64_t seq = 0;  // tells this joiner's timer from a later joiner's of the same rank
   WorkerRecord record;
   caf::actor_addr source;  // the joining process' actor, monitored until the world is complete
   caf::typed_response_promise<JoinReply> promise;
@@ -24,6 +25,7 @@ struct name_store_state {
   JoinRequest reference;
   std::map<WorkerId, Joiner> joined;  // by rank; complete at world_size
   bool complete = false;
+  uint64_t next_seq = 1;
 };
 
 using name_store_pointer = name_store_actor::stateful_pointer<name_store_state>;
@@ -57,7 +59,6 @@ std::string refusal(name_store_pointer self, const JoinRequest& req) {
   if (who.rank < 0 || who.rank >= st.reference.world_size)
     return label + ": rank out of range [0, " + std::to_string(st.reference.world_size) + ")";
   if (who.name.empty()) return label + ": empty worker name";
-  if (st.complete) return label + ": the world is already complete";
   auto it = st.joined.find(who.rank);
   if (it != st.joined.end())
     return label + ": rank " + std::to_string(who.rank) + " is already taken by worker '" + it->second.record.name +
@@ -65,6 +66,7 @@ std::string refusal(name_store_pointer self, const JoinRequest& req) {
   for (const auto& [rank, j] : st.joined)
     if (j.record.name == who.name)
       return label + ": the name '" + who.name + "' is already taken by rank " + std::to_string(rank);
+  if (st.complete) return label + ": the world is already complete";
   if (req.autograd_mode != st.reference.autograd_mode)
     return label + " uses autograd mode '" + req.autograd_mode + "', rank 0 uses '" + st.reference.autograd_mode +
            "' (all workers must use the same mode)";
@@ -72,6 +74,34 @@ std::string refusal(name_store_pointer self, const JoinRequest& req) {
     return label + " registered different functions or classes than rank 0:" +
            signature_diff(st.reference.signatures, req.signatures);
   return {};
+}
+
+std::string missing_ranks(name_store_pointer self) {
+  std::string out;
+  for (WorkerId r = 0; r < self->state.reference.world_size; ++r)
+    if (!self->state.joined.count(r)) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+// A joiner's time is up: it hears which ranks are missing. When rank 0 itself
+// gives up, everyone waiting does, since the rendezvous goes away with it.
+void on_joiner_timeout(name_store_pointer self, uint64_t seq) {
+  auto& st = self->state;
+  if (st.complete) return;
+  auto it = std::find_if(st.joined.begin(), st.joined.end(), [seq](const auto& kv) { return kv.second.seq == seq; });
+  if (it == st.joined.end()) return;
+  bool master_gives_up = it->first == 0;
+  JoinReply reply;
+  reply.timed_out = true;
+  reply.error = "timed out waiting for ranks " + missing_ranks(self) + " to join (world_size " +
+                std::to_string(st.reference.world_size) + ")";
+  if (master_gives_up) {
+    for (auto& [rank, j] : st.joined) j.promise.deliver(reply);
+    st.joined.clear();
+  } else {
+    it->second.promise.deliver(reply);
+    st.joined.erase(it);
+  }
 }
 
 void complete_world(name_store_pointer self) {
@@ -104,15 +134,21 @@ name_store_actor spawn_name_store(caf::actor_system& sys, JoinRequest reference)
     return {
         [self](join_atom, JoinRequest& req) -> caf::result<JoinReply> {
           auto why = refusal(self, req);
-          if (!why.empty()) return JoinReply{false, why, {}};
+          if (!why.empty()) return JoinReply{false, false, why, {}};
           auto rp = self->make_response_promise<JoinReply>();
           auto source = caf::actor_cast<caf::actor_addr>(self->current_sender());
           if (source) self->monitor(source);
           auto rank = req.self.rank;
-          self->state.joined.emplace(rank, Joiner{std::move(req.self), source, rp});
+          auto seq = self->state.next_seq++;
+          // Answer a little before the joiner gives up, so that it learns which
+          // ranks are missing while the rendezvous is still there.
+          auto wait = std::chrono::milliseconds(std::max<int64_t>(1, req.timeout_ms * 9 / 10));
+          self->delayed_send(self, wait, sweep_atom::value, seq);
+          self->state.joined.emplace(rank, Joiner{seq, std::move(req.self), source, rp});
           if (self->state.joined.size() == size_t(self->state.reference.world_size)) complete_world(self);
           return rp;
         },
+        [self](sweep_atom, uint64_t seq) { on_joiner_timeout(self, seq); },
         [self](info_atom) {
           std::vector<WorkerRecord> out;
           for (const auto& [rank, j] : self->state.joined) out.push_back(j.record);

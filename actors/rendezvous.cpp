@@ -133,13 +133,12 @@ void join_world(Runtime& rt) {
           .receive([&](std::vector<WorkerRecord>& xs) { joined = std::move(xs); }, [](caf::error&) {});
       if (failure == caf::sec::request_timeout)
         fail(rt.name, ErrorKind::Timeout,
-             "timed out after " + std::to_string(rt.opts.init_timeout.count()) +
-                 " ms waiting for ranks " + missing_ranks(joined, rt.opts.world_size) +
-                 " to join (world_size " + std::to_string(rt.opts.world_size) + ")");
+             "timed out waiting for ranks " + missing_ranks(joined, rt.opts.world_size) + " to join (world_size " +
+                 std::to_string(rt.opts.world_size) + ")");
       fail(rt.name, ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
     }
   }
-  if (!reply.ok) fail(rt.name, ErrorKind::Lookup, reply.error);
+  if (!reply.ok) fail(rt.name, reply.timed_out ? ErrorKind::Timeout : ErrorKind::Lookup, reply.error);
   rt.world = std::move(reply.workers);
   for (const auto& w : rt.world) rt.rank_by_name[w.name] = w.rank;
 

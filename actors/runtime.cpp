@@ -28,7 +28,9 @@ std::string Runtime::name_of(WorkerId r) const {
   return "rank " + std::to_string(r);
 }
 
-bool Runtime::post(Executor::Task task) { return executor->post(std::move(task)); }
+bool Runtime::post(Executor::Task task, Executor::Task reject) {
+  return executor->post(std::move(task), std::move(reject));
+}
 
 CallbackRunner Runtime::callback_runner() const { return executor->runner(); }
 
@@ -38,6 +40,7 @@ JoinRequest make_join_request(const Runtime& rt) {
   req.world_size = rt.opts.world_size;
   req.autograd_mode = to_string(rt.opts.autograd_mode);
   req.signatures = all_signatures();
+  req.timeout_ms = rt.opts.init_timeout.count();
   return req;
 }
 

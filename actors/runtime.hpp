@@ -63,7 +63,7 @@ class Runtime {
   void teardown();
 
   /// Posts to the executor; false if it refused (saturated or stopped).
-  bool post(Executor::Task task);
+  bool post(Executor::Task task, Executor::Task reject = {});
 
   /// Where then-callbacks of this worker's futures run.
   CallbackRunner callback_runner() const;

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include <ATen/Parallel.h>
+#include <caf/logger.hpp>
 #include <caf/send.hpp>
 
 #include "actors/caf_config.hpp"
@@ -100,10 +101,15 @@ Worker init_rpc(WorkerOptions opts) {
   try {
     detail::join_world(*rt);
   } catch (...) {
+    caf::logger::set_current_actor_system(nullptr);
     rt->state.store(detail::RunState::stopped);
     rt->teardown();
     throw;
   }
+  // CAF keeps a reference to the system's logger in a thread-local of every
+  // thread that used it; the system's destructor waits for all of them. Drop
+  // ours, so that any thread may shut this worker down later.
+  caf::logger::set_current_actor_system(nullptr);
   set_intra_op_threads(*rt);
   rt->state.store(detail::RunState::running);
   detail::register_process_worker(rt->view.get());

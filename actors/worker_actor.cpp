@@ -47,7 +47,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](sweep_atom) { sweep_impl(self); },
       // -- rendezvous (rank 0 serves it through its name store) ---------------
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {
-        if (!self->state.name_store) return JoinReply{false, self->state.rt->name + " is not the rendezvous master", {}};
+        if (!self->state.name_store) return JoinReply{false, false, self->state.rt->name + " is not the rendezvous master", {}};
         return self->delegate(self->state.name_store, atm, std::move(req));
       },
       [self](info_atom atm) -> caf::result<std::vector<WorkerRecord>> {

@@ -34,23 +34,25 @@ struct JoinRequest {
   uint32_t wire_version = kWireProtocolVersion;
   std::string autograd_mode;            // must be the same on every worker
   std::vector<std::string> signatures;  // every registered function and class, sorted
+  int64_t timeout_ms = 0;               // the joiner gives up after this long
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
     return f(caf::meta::type_name("castor::JoinRequest"), x.self, x.world_size, x.wire_version,
-             wire::checked(x.autograd_mode), wire::checked(x.signatures));
+             wire::checked(x.autograd_mode), wire::checked(x.signatures), x.timeout_ms);
   }
 };
 
 /// The name store's answer: the whole world, or why this worker may not join.
 struct JoinReply {
   bool ok = false;
+  bool timed_out = false;  // the world did not complete in the joiner's time
   std::string error;
   std::vector<WorkerRecord> workers;  // indexed by rank when ok
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
-    return f(caf::meta::type_name("castor::JoinReply"), x.ok, wire::checked(x.error),
+    return f(caf::meta::type_name("castor::JoinReply"), x.ok, x.timed_out, wire::checked(x.error),
              wire::checked(x.workers));
   }
 };

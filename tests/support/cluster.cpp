@@ -1,0 +1,119 @@
+// Test support implementation: free ports, local worlds, child workers.
+#include "support/cluster.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <thread>
+
+extern char** environ;
+
+namespace castor::test {
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+WorkerOptions local_options(int rank, int world_size, uint16_t master_port) {
+  WorkerOptions o;
+  o.name = "worker" + std::to_string(rank);
+  o.rank = rank;
+  o.world_size = world_size;
+  o.master = {"127.0.0.1", master_port};
+  o.host = "127.0.0.1";
+  o.init_timeout = std::chrono::seconds(30);
+  o.num_worker_threads = 4;
+  o.intra_op_threads = 1;
+  return o;
+}
+
+LocalWorld::LocalWorld(int n, std::function<void(WorkerOptions&)> tweak) : port_(free_port()) {
+  std::vector<std::future<Worker>> starting;
+  for (int r = 0; r < n; ++r) {
+    auto o = local_options(r, n, port_);
+    if (tweak) tweak(o);
+    starting.push_back(std::async(std::launch::async, [o] { return init_rpc(o); }));
+  }
+  for (auto& f : starting) {
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "TEST HANG: init_rpc did not return within 60 s\n");
+      std::_Exit(3);
+    }
+    workers_.push_back(f.get());
+  }
+}
+
+void LocalWorld::shutdown_all() {
+  std::vector<std::future<void>> stopping;
+  for (auto& w : workers_)
+    if (!w.is_shut_down()) stopping.push_back(std::async(std::launch::async, [&w] { w.shutdown(); }));
+  for (auto& f : stopping) {
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "TEST HANG: graceful shutdown did not finish within 60 s\n");
+      std::_Exit(3);
+    }
+    f.get();
+  }
+}
+
+LocalWorld::~LocalWorld() {
+  try {
+    shutdown_all();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "LocalWorld shutdown: %s\n", e.what());
+  }
+}
+
+ChildWorker::ChildWorker(int rank, int world_size, uint16_t master_port, std::vector<std::string> extra) {
+  std::vector<std::string> args{CASTOR_TEST_WORKER_PATH, std::to_string(rank), std::to_string(world_size),
+                                std::to_string(master_port)};
+  args.insert(args.end(), extra.begin(), extra.end());
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
+}
+
+void ChildWorker::kill() {
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+}
+
+int ChildWorker::wait_exit(std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (pid_ > 0) {
+    int status = 0;
+    auto r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      pid_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    if (std::chrono::steady_clock::now() > deadline) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+ChildWorker::~ChildWorker() {
+  if (pid_ > 0) {
+    if (wait_exit(std::chrono::seconds(20)) == -1) {
+      kill();
+      wait_exit(std::chrono::seconds(5));
+    }
+  }
+}
+
+}  // namespace castor::test
