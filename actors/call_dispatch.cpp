@@ -29,7 +29,15 @@ struct Replier {
     // Order matters for termination detection: count the reply as sent
     // before this request stops counting as in flight.
     rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
-    if (caller) caf::anon_send(caf::actor_cast<worker_peer>(caller), std::move(reply));
+    if (caller) {
+      auto to = caf::actor_cast<worker_peer>(caller);
+      if (reply.ok && !to_self) {
+        std::vector<TensorChunk> chunks;
+        split_large_tensors(reply.result, rt->opts.max_message_bytes, rt->transfer_ids, chunks);
+        for (auto& c : chunks) caf::anon_send(to, std::move(c));  // before the reply: FIFO per sender
+      }
+      caf::anon_send(to, std::move(reply));
+    }
     rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
   }
 };
@@ -77,6 +85,20 @@ void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Rep
   }
 }
 
+// Builtins whose tensor inputs are at most this large run on the actor.
+constexpr size_t kInlineBuiltinBytes = 64 * 1024;
+
+bool small_builtin_call(const std::vector<Value>& args) {
+  size_t bytes = 0;
+  bool small = true;
+  for (const auto& a : args) {
+    if (a.is_list()) return false;  // lists of tensors: could be anything
+    if (a.is_tensor()) bytes += size_t(a.to_tensor().numel()) * a.to_tensor().element_size();
+  }
+  small = bytes <= kInlineBuiltinBytes;
+  return small;
+}
+
 }  // namespace
 
 void handle_request_impl(worker_pointer self, CallRequest&& req) {
@@ -88,7 +110,20 @@ void handle_request_impl(worker_pointer self, CallRequest&& req) {
     reply(Outcome::failure(make_error(ErrorKind::Shutdown, rt->name, "worker " + rt->name + " is shut down")));
     return;
   }
+  for (auto& a : req.args) {
+    auto err = self->state.chunks.resolve(a);
+    if (!err.empty()) {
+      reply(Outcome::failure(make_error(ErrorKind::Internal, rt->name, "worker " + rt->name + ": " + err)));
+      return;
+    }
+  }
   const FunctionEntry* entry = nullptr;
+  if (is_builtin_name(req.function) && small_builtin_call(req.args)) {
+    // An ATen operator on small tensors takes microseconds: running it here
+    // saves the executor hand-off, which costs more than the operator.
+    run_request(rt, nullptr, std::move(req), reply);
+    return;
+  }
   if (!is_builtin_name(req.function)) {
     entry = FunctionRegistry::instance().find(req.function);
     if (!entry) {
@@ -109,6 +144,14 @@ void handle_request_impl(worker_pointer self, CallRequest&& req) {
     run_request(rt, entry, std::move(req), reply);
   }, saturated);
   if (!accepted) saturated();
+}
+
+void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk) {
+  auto from = chunk.transfer.worker();
+  auto err = self->state.chunks.add(std::move(chunk));
+  if (!err.empty())
+    std::fprintf(stderr, "castor[%s]: dropped a tensor chunk from %s: %s\n", self->state.rt->name.c_str(),
+                 self->state.rt->name_of(from).c_str(), err.c_str());
 }
 
 }  // namespace castor::detail

@@ -5,6 +5,18 @@
 #include "actors/worker_state.hpp"
 
 namespace castor::detail {
+
+// Note [Direct sends]
+// ~~~~~~~~~~~~~~~~~~~
+// A call to a peer does not pass through our worker actor on its way out: the
+// calling thread first registers the call with the actor (OutgoingCall, for
+// the reply, the timeout and the peer's death), then sends the CallRequest
+// straight to the peer's proxy with the actor as sender. This saves one
+// thread hand-off per call, which on two cores is a quarter of a round trip.
+// The reply cannot overtake the registration: it can only be produced after
+// the peer received the request, which was sent after the registration was
+// already in our mailbox, and a mailbox is FIFO. Calls to ourselves still go
+// through the actor, which copies their arguments.
 namespace {
 
 void schedule_sweep(worker_pointer self, Clock::time_point at) {
@@ -34,20 +46,17 @@ void start_call_impl(worker_pointer self, OutgoingCall&& call) {
     return fail(make_error(ErrorKind::Lookup, rt->name, "unknown worker rank " + std::to_string(to)));
   if (to != rt->rank && !peer_usable(self, to))
     return fail(make_error(ErrorKind::Unreachable, rt->name_of(to),
-                           "worker " + rt->name_of(to) + " is unreachable (calling '" + call.request.function + "')"));
-  auto id = call.request.id;
+                           "worker " + rt->name_of(to) + " is unreachable (calling '" + call.function + "')"));
   auto deadline = Clock::now() + call.timeout;
-  auto dl = st.deadlines.emplace(deadline, id);
-  st.pending.emplace(id, PendingCall{to, call.request.function, call.timeout, std::move(call.done), dl});
+  auto dl = st.deadlines.emplace(deadline, call.id);
+  st.pending.emplace(call.id, PendingCall{to, call.function, call.timeout, std::move(call.done), dl});
   schedule_sweep(self, deadline);
-  rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
-  if (to == rt->rank) {
+  if (call.request) {
     // A call to ourselves is not serialized: copy the arguments so that a
     // value passed by copy stays a copy.
-    for (auto& a : call.request.args) a = a.deep_copy();
-    self->send(self, std::move(call.request));
-  } else {
-    self->send(st.peers[size_t(to)]->handle, std::move(call.request));
+    rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
+    for (auto& a : call.request->args) a = a.deep_copy();
+    self->send(self, std::move(*call.request));
   }
 }
 
@@ -59,6 +68,13 @@ void handle_reply_impl(worker_pointer self, CallReply&& reply) {
   auto done = std::move(it->second.done);
   st.deadlines.erase(it->second.deadline);
   st.pending.erase(it);
+  if (reply.ok) {
+    auto err = st.chunks.resolve(reply.result);
+    if (!err.empty()) {
+      done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name, "reply of a call: " + err)));
+      return;
+    }
+  }
   if (reply.ok)
     done(Outcome::success(std::move(reply.result)));
   else

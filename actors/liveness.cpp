@@ -18,7 +18,7 @@ bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle) {
     self->monitor(handle);
   }
   if (all_peers_known(self)) {
-    for (auto& rp : st.ready_waiters) rp.deliver(true);
+    for (auto& rp : st.ready_waiters) rp.deliver(peer_handles(self));
     st.ready_waiters.clear();
   }
   return true;
@@ -29,6 +29,13 @@ bool all_peers_known(worker_pointer self) {
   for (size_t r = 0; r < st.peers.size(); ++r)
     if (WorkerId(r) != st.rt->rank && !st.peers[r]) return false;
   return true;
+}
+
+std::vector<worker_peer> peer_handles(worker_pointer self) {
+  std::vector<worker_peer> out(self->state.peers.size());
+  for (size_t r = 0; r < out.size(); ++r)
+    if (self->state.peers[r]) out[r] = self->state.peers[r]->handle;
+  return out;
 }
 
 bool peer_usable(worker_pointer self, WorkerId rank) {
@@ -44,6 +51,7 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   auto& slot = st.peers[size_t(rank)];
   if (!slot || !slot->alive) return;
   slot->alive = false;
+  st.chunks.drop_from(rank);
   auto* rt = st.rt;
   auto who = rt->name_of(rank);
   if (rt->state.load() != RunState::stopped)

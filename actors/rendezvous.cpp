@@ -154,7 +154,12 @@ void join_world(Runtime& rt) {
   }
   bool ready = false;
   self->request(rt.actor, left_until(deadline), ready_atom::value)
-      .receive([&](bool b) { ready = b; }, [](caf::error&) {});
+      .receive(
+          [&](std::vector<worker_peer>& peers) {
+            rt.peer_handles = std::move(peers);
+            ready = true;
+          },
+          [](caf::error&) {});
   if (!ready)
     fail(rt.name, ErrorKind::Timeout,
          "timed out after " + std::to_string(rt.opts.init_timeout.count()) +

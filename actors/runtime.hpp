@@ -49,10 +49,12 @@ class Runtime {
   std::unique_ptr<caf::actor_system> system;
   std::shared_ptr<Executor> executor;
   worker_actor actor;
+  std::vector<worker_peer> peer_handles;  // by rank, set when init completes (read-only after)
   std::unique_ptr<Worker> view;  // non-owning Worker, for current_worker()
 
   // -- shared, thread-safe ----------------------------------------------------
   IdGenerator<CallId> call_ids;
+  IdGenerator<TransferId> transfer_ids;
   MessageCounters counters;
   std::atomic<RunState> state{RunState::starting};
 
@@ -61,6 +63,9 @@ class Runtime {
 
   /// Stops the executor, the actors and the actor system. Idempotent.
   void teardown();
+
+  /// Sends a call straight to a peer (see Note [Direct sends]); any thread.
+  void send_call(WorkerId to, CallRequest&& req);
 
   /// Posts to the executor; false if it refused (saturated or stopped).
   bool post(Executor::Task task, Executor::Task reject = {});

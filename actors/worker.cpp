@@ -88,6 +88,7 @@ Worker init_rpc(WorkerOptions opts) {
   rt->rank = WorkerId(opts.rank);
   rt->name = opts.name;
   rt->call_ids.reset(rt->rank);
+  rt->transfer_ids.reset(rt->rank);
   rt->cfg = detail::make_caf_config(rt->opts);
   rt->system = std::make_unique<caf::actor_system>(*rt->cfg);
   rt->view.reset(new Worker(rt, false));
@@ -135,18 +136,28 @@ void Worker::call_raw(const std::string& to, const std::string& fn, std::vector<
     if (auto why = wire::unsendable_reason(args[i]))
       return fail(ErrorKind::Type, rt.name,
                   "argument " + std::to_string(i + 1) + " of '" + fn + "' cannot be sent: " + *why);
+  CallRequest req;
+  req.id = rt.call_ids.next();
+  req.caller = rt.rank;
+  req.function = fn;
+  req.args = std::move(args);
   detail::OutgoingCall call;
   call.to = it->second;
-  call.request.id = rt.call_ids.next();
-  call.request.caller = rt.rank;
-  call.request.function = fn;
-  call.request.args = std::move(args);
+  call.id = req.id;
+  call.function = fn;
   call.timeout = timeout.value_or(rt.opts.rpc_timeout);
   auto guard = std::make_shared<DropGuard>(
       std::move(done), ErrorInfo{ErrorKind::Shutdown, rt.name, "worker " + rt.name + " shut down before '" + fn +
                                                                    "' on " + to + " could be sent"});
   call.done = [guard](detail::Outcome o) { (*guard)(std::move(o)); };
+  if (call.to == rt.rank) {
+    call.request = std::move(req);
+    caf::anon_send(rt.actor, std::move(call));
+    return;
+  }
+  // Register first, then send: see Note [Direct sends].
   caf::anon_send(rt.actor, std::move(call));
+  rt.send_call(it->second, std::move(req));
 }
 
 detail::CallbackRunner Worker::callback_runner() const { return rt_->callback_runner(); }

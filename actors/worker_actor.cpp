@@ -34,9 +34,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         if (ok) self->send(handle, hello_atom::value, self->state.rt->rank);
         return ok;
       },
-      [self](ready_atom) -> caf::result<bool> {
-        if (all_peers_known(self)) return true;
-        auto rp = self->make_response_promise<bool>();
+      [self](ready_atom) -> caf::result<std::vector<worker_peer>> {
+        if (all_peers_known(self)) return peer_handles(self);
+        auto rp = self->make_response_promise<std::vector<worker_peer>>();
         self->state.ready_waiters.push_back(rp);
         return rp;
       },
@@ -44,6 +44,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](OutgoingCall& call) { start_call_impl(self, std::move(call)); },
       [self](CallRequest& req) { handle_request_impl(self, std::move(req)); },
       [self](CallReply& reply) { handle_reply_impl(self, std::move(reply)); },
+      [self](TensorChunk& chunk) { handle_chunk_impl(self, std::move(chunk)); },
       [self](sweep_atom) { sweep_impl(self); },
       // -- rendezvous (rank 0 serves it through its name store) ---------------
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {

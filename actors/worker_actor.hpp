@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "actors/registry.hpp"
 #include "messages/atoms.hpp"
 #include "messages/call.hpp"
+#include "messages/chunk.hpp"
 #include "messages/rendezvous.hpp"
 #include "messages/shutdown_proto.hpp"
 
@@ -27,12 +29,15 @@ namespace castor::detail {
 
 class Runtime;
 
-/// A call from a local thread, handed to the worker actor (never serialized).
+/// A call from a local thread, registered with the worker actor (never
+/// serialized). See Note [Direct sends] in actors/call_routing.cpp.
 struct OutgoingCall {
   WorkerId to = -1;
-  CallRequest request;
+  CallId id;
+  std::string function;
   std::chrono::milliseconds timeout{0};
   Completion done;  // runs on the actor's thread: must be short and never block
+  std::optional<CallRequest> request;  // calls to self: the actor delivers it
 };
 
 /// Ends this worker: graceful (distributed termination detection) or at once.
@@ -54,6 +59,7 @@ using worker_peer = caf::typed_actor<
     caf::reacts_to<hello_atom, WorkerId>,                              // a peer introduces itself
     caf::reacts_to<CallRequest>,                                       // run a function here
     caf::reacts_to<CallReply>,                                         // result of our call
+    caf::reacts_to<TensorChunk>,                                       // part of a large tensor
     caf::replies_to<join_atom, JoinRequest>::with<JoinReply>,          // rendezvous (rank 0)
     caf::replies_to<info_atom>::with<std::vector<WorkerRecord>>,       // who joined (rank 0)
     caf::reacts_to<shutdown_atom, WorkerId>,                           // a worker entered shutdown (rank 0)
@@ -64,7 +70,7 @@ using worker_peer = caf::typed_actor<
 using worker_actor = worker_peer::extend<
     caf::reacts_to<OutgoingCall>,
     caf::replies_to<peer_atom, WorkerId, worker_peer>::with<bool>,  // init: a connected peer
-    caf::replies_to<ready_atom>::with<bool>,                        // init: every peer is known
+    caf::replies_to<ready_atom>::with<std::vector<worker_peer>>,    // init: every peer, once known
     caf::reacts_to<sweep_atom>,                                     // timeouts are due
     caf::reacts_to<probe_atom>,                                     // start a termination wave (rank 0)
     caf::reacts_to<ShutdownCommand>>;

@@ -49,6 +49,10 @@ struct WorkerOptions {
 
   AutogradMode autograd_mode = AutogradMode::smart;
 
+  /// Tensors larger than this travel in chunks of at most this size (CAF's
+  /// BASP frames carry a 32-bit payload length).
+  size_t max_message_bytes = size_t(1) << 30;
+
   /// CAF settings applied on top of castor's defaults ("scheduler.policy" -> "sharing").
   std::map<std::string, std::string> caf_settings;
 };

@@ -14,6 +14,7 @@
 #include <caf/actor_addr.hpp>
 #include <caf/typed_response_promise.hpp>
 
+#include "actors/large_payloads.hpp"
 #include "actors/name_store.hpp"
 #include "actors/worker_actor.hpp"
 
@@ -57,7 +58,7 @@ struct worker_state {
   // Peers by rank, filled during init (peer/hello messages); self's slot unused.
   std::vector<std::optional<PeerSlot>> peers;
   std::unordered_map<caf::actor_addr, WorkerId> rank_by_addr;
-  std::vector<caf::typed_response_promise<bool>> ready_waiters;  // init threads
+  std::vector<caf::typed_response_promise<std::vector<worker_peer>>> ready_waiters;  // init threads
 
   // Our calls awaiting replies; removed on reply, timeout, death or shutdown.
   std::unordered_map<CallId, PendingCall> pending;
@@ -65,6 +66,8 @@ struct worker_state {
   std::optional<Clock::time_point> sweep_at;  // earliest scheduled sweep
 
   ShutdownState shutdown;
+
+  ChunkAssembler chunks;  // large tensors in transit to us
 };
 
 using worker_pointer = worker_actor::stateful_pointer<worker_state>;
@@ -78,10 +81,12 @@ void fail_pending_impl(worker_pointer self, std::function<bool(const PendingCall
 
 // call_dispatch.cpp
 void handle_request_impl(worker_pointer self, CallRequest&& request);
+void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk);
 
 // liveness.cpp
 bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle);
 bool all_peers_known(worker_pointer self);
+std::vector<worker_peer> peer_handles(worker_pointer self);
 void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm);
 bool peer_usable(worker_pointer self, WorkerId rank);
 

@@ -87,6 +87,19 @@ caf::error write_tensor(caf::serializer& f, const at::Tensor& t) {
   return f.end_sequence();
 }
 
+caf::error write_external(caf::serializer& f, const ExternalTensor& x) {
+  int8_t code = x.dtype;
+  uint8_t flags = uint8_t(kExternal | (x.requires_grad ? kRequiresGrad : 0));
+  auto ndim = uint8_t(x.sizes.size());
+  if (auto err = f(code, flags, ndim)) return err;
+  for (auto s : x.sizes) {
+    int64_t v = s;
+    if (auto err = f(v)) return err;
+  }
+  auto transfer = x.transfer;
+  return f(transfer);
+}
+
 caf::error read_tensor(caf::deserializer& f, Value& out) {
   int8_t code = 0;
   uint8_t flags = 0;

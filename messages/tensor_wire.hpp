@@ -38,6 +38,9 @@ size_t wire_bytes(const at::Tensor& t);
 /// Encodes a tensor: dtype, flags, sizes, then only the view's elements.
 caf::error write_tensor(caf::serializer& f, const at::Tensor& t);
 
+/// Encodes a reference to a tensor whose bytes travel separately.
+caf::error write_external(caf::serializer& f, const ExternalTensor& x);
+
 /// Decodes into `out`, which is a Tensor or, when the bytes travel separately,
 /// an ExternalTensor. Truncated, oversized or inconsistent input is an error.
 caf::error read_tensor(caf::deserializer& f, Value& out);

@@ -4,6 +4,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "messages/call.hpp"
+#include "messages/chunk.hpp"
 #include "messages/rendezvous.hpp"
 #include "messages/shutdown_proto.hpp"
 
@@ -14,6 +15,7 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<CallRequest>("castor::CallRequest");
   cfg.add_message_type<CallReply>("castor::CallReply");
   cfg.add_message_type<ErrorInfo>("castor::ErrorInfo");
+  cfg.add_message_type<TensorChunk>("castor::TensorChunk");
   cfg.add_message_type<WorkerRecord>("castor::WorkerRecord");
   cfg.add_message_type<JoinRequest>("castor::JoinRequest");
   cfg.add_message_type<JoinReply>("castor::JoinReply");

@@ -37,6 +37,12 @@ namespace {
 constexpr int kMaxNesting = 64;
 
 caf::error write_value(caf::serializer& f, Value& x) {
+  if (x.is_external()) {
+    // A tensor whose bytes travel in chunks: same tag, the external flag set.
+    auto tag = uint8_t(Value::Kind::Tensor);
+    if (auto err = f(tag)) return err;
+    return wire::write_external(f, x.to_external());
+  }
   auto tag = uint8_t(x.kind());
   if (auto err = f(tag)) return err;
   switch (x.kind()) {
@@ -64,7 +70,7 @@ caf::error write_value(caf::serializer& f, Value& x) {
       return f.end_sequence();
     }
     case Value::Kind::RRef: return inspect(f, x.to_rref());
-    case Value::Kind::External: return caf::sec::invalid_argument;  // never sent as such
+    case Value::Kind::External: return caf::sec::invalid_argument;  // written with the Tensor tag, below
   }
   return caf::sec::invalid_argument;
 }

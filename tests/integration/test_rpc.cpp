@@ -82,6 +82,32 @@ TEST_CASE("nested calls 5 deep across 3 workers, and calls back to the caller") 
   CHECK(world[2].rpc_sync<int64_t>("worker2", "call_back", "worker2", 1) == 4);  // self, nested
 }
 
+TEST_CASE("tensors above the frame limit travel in chunks, both ways") {
+  LocalWorld world(2, [](WorkerOptions& o) { o.max_message_bytes = 1000; });
+  auto big = at::rand({100, 30});  // 12,000 bytes: 12 chunks
+  auto small = at::rand({5});
+  auto out = world[0].rpc_sync<at::Tensor>("worker1", "my_add", big, big);
+  CHECK(at::allclose(out, big * 2));
+  auto strided = at::rand({60, 50}).t();  // non-contiguous, chunked
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", strided), strided));
+  CHECK(at::equal(world[1].rpc_sync<at::Tensor>("worker0", "identity", small), small));
+  auto many = world[0].rpc_sync<std::vector<at::Tensor>>("worker1", "aten::split", big, 50);
+  REQUIRE(many.size() == 2);
+  CHECK(at::equal(many[1], big.narrow(0, 50, 50)));
+}
+
+TEST_CASE("a tensor above 2 GiB (BASP's 32-bit frame length) crosses and comes back") {
+  LocalWorld world(2, [](WorkerOptions& o) { o.max_message_bytes = size_t(64) << 20; });
+  auto huge = at::empty({int64_t(2200) * 1024 * 1024}, at::kByte);
+  huge.fill_(7);
+  huge[12345] = 3;
+  auto back = bounded(milliseconds(120000), "2.2 GB echo",
+                      [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", huge); });
+  CHECK(back.numel() == huge.numel());
+  CHECK(back[12345].item<uint8_t>() == 3);
+  CHECK(back[int64_t(2200) * 1024 * 1024 - 1].item<uint8_t>() == 7);
+}
+
 TEST_CASE("1,000 concurrent async calls all complete with their own results") {
   LocalWorld world(2);
   std::vector<Future<int64_t>> fs;

@@ -1,0 +1,12 @@
+// The suites of castor-bench; each returns castor's figures.
+#pragma once
+
+#include <vector>
+
+#include "bench_util.hpp"
+
+namespace castor::bench {
+
+std::vector<Figure> bench_rpc(const Options& opts);
+
+}  // namespace castor::bench

@@ -1,0 +1,167 @@
+// castor-bench support implementation.
+#include "bench_util.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace castor::bench {
+namespace {
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+WorkerOptions bench_options(int rank, int world, uint16_t port) {
+  WorkerOptions o;
+  o.rank = rank;
+  o.world_size = world;
+  o.master = {"127.0.0.1", port};
+  o.host = "127.0.0.1";
+  o.rpc_timeout = std::chrono::seconds(300);
+  o.intra_op_threads = 1;
+  return o;
+}
+
+std::string bench_dir() {
+#ifdef CASTOR_BENCH_DIR
+  return CASTOR_BENCH_DIR;
+#else
+  return "bench";
+#endif
+}
+
+}  // namespace
+
+double median(std::vector<double> xs) {
+  if (xs.empty()) return 0;
+  std::sort(xs.begin(), xs.end());
+  size_t n = xs.size();
+  return n % 2 ? xs[n / 2] : (xs[n / 2 - 1] + xs[n / 2]) / 2;
+}
+
+double median_us(int n, const std::function<void()>& f, int warmup) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> samples;
+  samples.reserve(size_t(n));
+  for (int i = 0; i < n; ++i) {
+    auto t = std::chrono::steady_clock::now();
+    f();
+    samples.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count());
+  }
+  return median(std::move(samples));
+}
+
+BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak) {
+  auto port = free_port();
+  for (int r = 1; r < world_size; ++r) {
+    std::vector<std::string> args{opts.self_path, "_worker", std::to_string(r), std::to_string(world_size),
+                                  std::to_string(port)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int pid = -1;
+    if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0) pids_.push_back(pid);
+  }
+  auto o = bench_options(0, world_size, port);
+  if (tweak) tweak(o);
+  worker_.emplace(init_rpc(o));
+}
+
+BenchWorld::~BenchWorld() {
+  try {
+    worker_->shutdown();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor-bench: shutdown: %s\n", e.what());
+  }
+  for (int pid : pids_) {
+    int status = 0;
+    for (int i = 0; i < 200 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+  }
+}
+
+int run_peer(int argc, char** argv) {
+  if (argc < 5) return 2;
+  try {
+    auto w = init_rpc(bench_options(std::atoi(argv[2]), std::atoi(argv[3]), uint16_t(std::atoi(argv[4]))));
+    w.shutdown();
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor-bench worker: %s\n", e.what());
+    return 1;
+  }
+}
+
+std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites, int reps) {
+  std::string cmd = "/usr/bin/python3 " + bench_dir() + "/pytorch_bench.py";
+  for (const auto& s : suites) cmd += " " + s;
+  cmd += " --port " + std::to_string(free_port()) + " --reps " + std::to_string(reps) + " 2>/dev/null";
+  std::map<std::string, double> out;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::string text;
+  char buf[4096];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) text.append(buf, n);
+  int rc = ::pclose(p);
+  auto start = text.find('{');
+  if (rc != 0 || start == std::string::npos) {
+    std::fprintf(stderr, "castor-bench: the PyTorch side failed (%s)\n", cmd.c_str());
+    return out;
+  }
+  auto j = nlohmann::json::parse(text.substr(start, text.find('}', start) - start + 1));
+  for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = it.value().get<double>();
+  return out;
+}
+
+void report(const std::vector<Figure>& figures, const Options& opts) {
+  if (opts.json) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& f : figures) {
+      nlohmann::json row{{"castor", f.castor}};
+      if (f.pytorch) {
+        row["pytorch"] = *f.pytorch;
+        row["ratio"] = *f.pytorch != 0 ? f.castor / *f.pytorch : 0.0;
+      }
+      j[f.name] = row;
+    }
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%-34s %14s %14s %10s\n", "figure", "castor", "pytorch", "ratio");
+  for (const auto& f : figures) {
+    if (f.pytorch) {
+      double ratio = *f.pytorch != 0 ? f.castor / *f.pytorch : 0.0;
+      std::printf("%-34s %14.2f %14.2f %9.2fx  (%s is better)\n", f.name.c_str(), f.castor, *f.pytorch, ratio,
+                  f.better == Better::lower ? "lower" : "higher");
+    } else {
+      std::printf("%-34s %14.2f %14s\n", f.name.c_str(), f.castor, "-");
+    }
+  }
+}
+
+}  // namespace castor::bench

@@ -1,0 +1,59 @@
+// castor-bench support: timing, medians, the table/JSON report, the peer
+// worker process, and running PyTorch's side in the same run.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/worker.hpp"
+
+namespace castor::bench {
+
+/// Which way is better, for the report.
+enum class Better { lower, higher };
+
+struct Figure {
+  std::string name;  // unit in the name: _us, _ms, _per_s, _bytes, _MiB
+  double castor = 0;
+  std::optional<double> pytorch;
+  Better better = Better::lower;
+};
+
+struct Options {
+  bool vs_pytorch = false;
+  bool json = false;
+  int reps = 1;  // multiplies the number of repetitions
+  std::string self_path;  // argv[0], to start peer workers
+};
+
+/// Median of `n` timed runs of `f` (after `warmup` untimed runs), in µs.
+double median_us(int n, const std::function<void()>& f, int warmup = 10);
+double median(std::vector<double> xs);
+
+/// Starts `count` peer workers (ranks 1..count) as child processes of this
+/// binary and joins as rank 0. The peers serve until rank 0 shuts down.
+class BenchWorld {
+ public:
+  BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak = {});
+  ~BenchWorld();
+  Worker& self() { return *worker_; }
+
+ private:
+  std::vector<int> pids_;
+  std::optional<Worker> worker_;
+};
+
+/// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT`).
+int run_peer(int argc, char** argv);
+
+/// Runs bench/pytorch_bench.py for `suites` and returns its figures.
+std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites, int reps);
+
+/// Prints the figures as a table with ratios, or as one JSON object.
+void report(const std::vector<Figure>& figures, const Options& opts);
+
+}  // namespace castor::bench

@@ -1,0 +1,103 @@
+"""PyTorch's side of castor-bench: the same figures, measured the same way.
+
+Run by `castor-bench <suite> --vs-pytorch` with Debian's /usr/bin/python3
+(python3-torch 1.13). Usage: pytorch_bench.py SUITE [--port P]
+Prints one JSON object {figure: value}. Each figure is the median of many
+repetitions, like castor's; two worker processes on loopback, TensorPipe.
+"""
+import argparse, json, os, statistics, sys, time
+import torch
+import torch.distributed.rpc as rpc
+import torch.distributed.autograd as dist_autograd
+import torch.multiprocessing as mp
+
+
+def add(a, b):
+    return a + b
+
+
+def ident(x):
+    return x
+
+
+def median_us(n, fn, warmup=50):
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t)
+    return 1e6 * statistics.median(samples)
+
+
+def suite_rpc(out, reps):
+    x = torch.ones(2)
+    out["rpc_sync_udf_us"] = median_us(3000 * reps, lambda: rpc.rpc_sync("worker1", add, args=(x, x)), 200)
+    out["rpc_sync_builtin_us"] = median_us(3000 * reps, lambda: rpc.rpc_sync("worker1", torch.add, args=(x, x)), 200)
+    rates = []
+    for _ in range(5):
+        n = 20000
+        t = time.perf_counter()
+        torch.futures.wait_all([rpc.rpc_async("worker1", add, args=(x, x)) for _ in range(n)])
+        rates.append(n / (time.perf_counter() - t))
+    out["rpc_async_calls_per_s"] = statistics.median(rates)
+    for mb, n in ((1, 50), (64, 7)):
+        big = torch.rand(mb * 1024 * 1024 // 4)
+        out[f"echo_{mb}MiB_ms"] = median_us(n * reps, lambda: rpc.rpc_sync("worker1", ident, args=(big,)), 2) / 1e3
+
+
+def suite_rref(out, reps):
+    x = torch.ones(2)
+    out["remote_to_here_us"] = median_us(2000 * reps, lambda: rpc.remote("worker1", add, args=(x, x)).to_here(), 100)
+
+
+def suite_autograd(out, reps):
+    a = torch.rand(3, 3, requires_grad=True)
+    b = torch.rand(3, 3, requires_grad=True)
+
+    def fwd_bwd():
+        with dist_autograd.context() as cid:
+            c = rpc.rpc_sync("worker1", torch.add, args=(a, b))
+            dist_autograd.backward(cid, [c.sum()])
+            dist_autograd.get_gradients(cid)
+
+    out["dist_autograd_1hop_us"] = median_us(1000 * reps, fwd_bwd, 50)
+
+
+SUITES = {"rpc": suite_rpc, "rref": suite_rref, "autograd": suite_autograd}
+
+
+def worker(rank, world, port, suites, reps, queue):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=16, rpc_timeout=120)
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=opts)
+    if rank == 0:
+        out = {}
+        for s in suites:
+            SUITES[s](out, reps)
+        queue.put(out)
+    rpc.shutdown()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("suites", nargs="+", choices=sorted(SUITES))
+    p.add_argument("--port", type=int, default=29611)
+    p.add_argument("--reps", type=int, default=1)
+    a = p.parse_args()
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=worker, args=(r, 2, a.port, a.suites, a.reps, q)) for r in range(2)]
+    for pr in procs:
+        pr.start()
+    out = q.get(timeout=1800)
+    for pr in procs:
+        pr.join(timeout=120)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
