@@ -1,6 +1,9 @@
-// Caller side of a call: send the request, match the reply, enforce timeouts.
+// Caller side of a call: register it, send the request, match the reply,
+// enforce deadlines.
+#include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/large_payloads.hpp"
 #include "actors/runtime.hpp"
 #include "actors/worker_state.hpp"
 
@@ -8,112 +11,92 @@ namespace castor::detail {
 
 // Note [Direct sends]
 // ~~~~~~~~~~~~~~~~~~~
-// A call to a peer does not pass through our worker actor on its way out: the
-// calling thread first registers the call with the actor (OutgoingCall, for
-// the reply, the timeout and the peer's death), then sends the CallRequest
-// straight to the peer's proxy with the actor as sender. This saves one
-// thread hand-off per call, which on two cores is a quarter of a round trip.
-// The reply cannot overtake the registration: it can only be produced after
-// the peer received the request, which was sent after the registration was
-// already in our mailbox, and a mailbox is FIFO. Calls to ourselves still go
-// through the actor, which copies their arguments.
-namespace {
+// A call does not pass through our worker actor on its way out. The calling
+// thread adds it to the runtime's PendingCalls table, then sends the
+// CallRequest straight to the peer's proxy, with our worker actor as the
+// sender, so the reply comes back to the actor, which takes the call out of
+// the table and completes it. This saves a thread hand-off and a message
+// per call, a sizeable share of a round trip on two cores. The table is the
+// one structure shared by threads and the actor, hence its own mutex; the
+// actor remains the only one that expires calls (sweeps, scheduled when a
+// call's deadline is earlier than the next sweep) and fails them when a peer
+// dies or we shut down.
+//  - The reply cannot beat the registration: the request is sent after add().
+//  - A peer that dies between the caller's liveness check and add() is caught
+//    by a second check after add(): the actor marks a peer dead before it
+//    fails that peer's calls, so one of the two always sees the call.
+//  - Calls to ourselves take the same path; the caller copies the arguments
+//    first so that a value passed by copy stays a copy without serializing.
 
-void schedule_sweep(worker_pointer self, Clock::time_point at) {
-  auto& st = self->state;
-  if (st.sweep_at && *st.sweep_at <= at) return;
-  st.sweep_at = at;
-  auto delay = at - Clock::now();
-  if (delay < Clock::duration::zero()) delay = Clock::duration::zero();
-  self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(delay) +
-                               std::chrono::milliseconds(1),
-                     sweep_atom::value);
-}
-
-ErrorInfo shutdown_error(const Runtime& rt) {
-  return make_error(ErrorKind::Shutdown, rt.name, "worker " + rt.name + " is shut down; no further calls");
-}
-
-}  // namespace
-
-void start_call_impl(worker_pointer self, OutgoingCall&& call) {
-  auto& st = self->state;
-  auto* rt = st.rt;
-  auto fail = [&](ErrorInfo e) { call.done(Outcome::failure(std::move(e))); };
-  if (rt->state.load() == RunState::stopped) return fail(shutdown_error(*rt));
-  auto to = call.to;
-  if (to < 0 || size_t(to) >= st.peers.size())
-    return fail(make_error(ErrorKind::Lookup, rt->name, "unknown worker rank " + std::to_string(to)));
-  if (to != rt->rank && !peer_usable(self, to))
-    return fail(make_error(ErrorKind::Unreachable, rt->name_of(to),
-                           "worker " + rt->name_of(to) + " is unreachable (calling '" + call.function + "')"));
-  auto deadline = Clock::now() + call.timeout;
-  auto dl = st.deadlines.emplace(deadline, call.id);
-  st.pending.emplace(call.id, PendingCall{to, call.function, call.timeout, std::move(call.done), dl});
-  schedule_sweep(self, deadline);
-  if (call.request) {
-    // A call to ourselves is not serialized: copy the arguments so that a
-    // value passed by copy stays a copy.
-    rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
-    for (auto& a : call.request->args) a = a.deep_copy();
-    self->send(self, std::move(*call.request));
+void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::milliseconds timeout, Completion done) {
+  auto fail_now = [&](ErrorKind kind, const std::string& why) {
+    done(Outcome::failure(make_error(kind, to == rank ? name : name_of(to), why)));
+  };
+  auto unreachable = [&] { return to != rank && peer_dead[size_t(to)].load(); };
+  if (unreachable())
+    return fail_now(ErrorKind::Unreachable,
+                    "worker " + name_of(to) + " is unreachable (calling '" + req.function + "')");
+  auto id = req.id;
+  if (pending.add(id, PendingCall{to, req.function, timeout, std::move(done)}))
+    caf::anon_send(actor, sweep_atom::value);
+  if (unreachable() || state.load() == RunState::stopped) {
+    if (auto call = pending.take(id)) {
+      done = std::move(call->done);
+      return state.load() == RunState::stopped
+                 ? fail_now(ErrorKind::Shutdown, "worker " + name + " is shut down; cannot call '" + req.function + "'")
+                 : fail_now(ErrorKind::Unreachable,
+                            "worker " + name_of(to) + " is unreachable (calling '" + req.function + "')");
+    }
+    return;  // the actor already failed it
   }
+  counters.sent.fetch_add(1, std::memory_order_relaxed);
+  if (to == rank) {
+    for (auto& a : req.args) a = a.deep_copy();
+    caf::send_as(actor, actor, std::move(req));
+    return;
+  }
+  const auto& peer = peer_handles[size_t(to)];
+  std::vector<TensorChunk> chunks;
+  for (auto& a : req.args) split_large_tensors(a, opts.max_message_bytes, transfer_ids, chunks);
+  for (auto& c : chunks) caf::send_as(actor, peer, std::move(c));  // before the request: FIFO per sender
+  caf::send_as(actor, peer, std::move(req));
 }
 
 void handle_reply_impl(worker_pointer self, CallReply&& reply) {
   auto& st = self->state;
   st.rt->counters.received.fetch_add(1, std::memory_order_relaxed);
-  auto it = st.pending.find(reply.id);
-  if (it == st.pending.end()) return;  // late reply after a timeout or a death: dropped quietly
-  auto done = std::move(it->second.done);
-  st.deadlines.erase(it->second.deadline);
-  st.pending.erase(it);
+  auto call = st.rt->pending.take(reply.id);
+  if (!call) return;  // late reply after a timeout or a death: dropped quietly
   if (reply.ok) {
     auto err = st.chunks.resolve(reply.result);
-    if (!err.empty()) {
-      done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name, "reply of a call: " + err)));
-      return;
-    }
+    if (!err.empty())
+      return call->done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name, "reply of a call: " + err)));
+    call->done(Outcome::success(std::move(reply.result)));
+  } else {
+    call->done(Outcome::failure(std::move(reply.error)));
   }
-  if (reply.ok)
-    done(Outcome::success(std::move(reply.result)));
-  else
-    done(Outcome::failure(std::move(reply.error)));
 }
 
 void sweep_impl(worker_pointer self) {
-  auto& st = self->state;
-  st.sweep_at.reset();
+  auto* rt = self->state.rt;
   auto now = Clock::now();
-  while (!st.deadlines.empty() && st.deadlines.begin()->first <= now) {
-    auto id = st.deadlines.begin()->second;
-    st.deadlines.erase(st.deadlines.begin());
-    auto it = st.pending.find(id);
-    if (it == st.pending.end()) continue;
-    auto call = std::move(it->second);
-    st.pending.erase(it);
-    auto who = st.rt->name_of(call.to);
+  std::optional<Clock::time_point> next;
+  for (auto& call : rt->pending.take_expired(now, next)) {
+    auto who = rt->name_of(call.to);
     call.done(Outcome::failure(make_error(ErrorKind::Timeout, who,
                                           "call to '" + call.function + "' on worker " + who + " timed out after " +
                                               std::to_string(call.timeout.count()) + " ms")));
   }
-  if (!st.deadlines.empty()) schedule_sweep(self, st.deadlines.begin()->first);
+  if (next)
+    self->delayed_send(self,
+                       std::chrono::duration_cast<std::chrono::microseconds>(*next - now) +
+                           std::chrono::milliseconds(1),
+                       sweep_atom::value);
 }
 
-void fail_pending_impl(worker_pointer self, std::function<bool(const PendingCall&)> which,
-                       std::function<ErrorInfo(const PendingCall&)> why) {
-  auto& st = self->state;
-  std::vector<PendingCall> failed;
-  for (auto it = st.pending.begin(); it != st.pending.end();) {
-    if (which(it->second)) {
-      st.deadlines.erase(it->second.deadline);
-      failed.push_back(std::move(it->second));
-      it = st.pending.erase(it);
-    } else {
-      ++it;
-    }
-  }
-  for (auto& call : failed) call.done(Outcome::failure(why(call)));
+void fail_pending_impl(worker_pointer self, const std::function<bool(const PendingCall&)>& which,
+                       const std::function<ErrorInfo(const PendingCall&)>& why) {
+  for (auto& call : self->state.rt->pending.take_if(which)) call.done(Outcome::failure(why(call)));
 }
 
 }  // namespace castor::detail

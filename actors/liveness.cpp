@@ -51,6 +51,7 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   auto& slot = st.peers[size_t(rank)];
   if (!slot || !slot->alive) return;
   slot->alive = false;
+  st.rt->peer_dead[size_t(rank)] = true;  // before failing its calls: see Note [Direct sends]
   st.chunks.drop_from(rank);
   auto* rt = st.rt;
   auto who = rt->name_of(rank);

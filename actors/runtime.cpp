@@ -3,7 +3,6 @@
 
 #include <caf/send.hpp>
 
-#include "actors/large_payloads.hpp"
 #include "actors/worker.hpp"
 
 namespace castor::detail {
@@ -22,15 +21,6 @@ void Runtime::teardown() {
   cfg.reset();
   state.store(RunState::stopped);
   view.reset();  // breaks the cycle runtime -> view -> runtime
-}
-
-void Runtime::send_call(WorkerId to, CallRequest&& req) {
-  const auto& peer = peer_handles[size_t(to)];
-  std::vector<TensorChunk> chunks;
-  for (auto& a : req.args) split_large_tensors(a, opts.max_message_bytes, transfer_ids, chunks);
-  counters.sent.fetch_add(1, std::memory_order_relaxed);
-  for (auto& c : chunks) caf::send_as(actor, peer, std::move(c));  // before the request: FIFO per sender
-  caf::send_as(actor, peer, std::move(req));
 }
 
 std::string Runtime::name_of(WorkerId r) const {

@@ -13,6 +13,7 @@
 #include <caf/actor_system_config.hpp>
 
 #include "actors/executor.hpp"
+#include "actors/pending_calls.hpp"
 #include "actors/worker_actor.hpp"
 #include "actors/worker_options.hpp"
 #include "messages/ids.hpp"
@@ -54,6 +55,8 @@ class Runtime {
 
   // -- shared, thread-safe ----------------------------------------------------
   IdGenerator<CallId> call_ids;
+  PendingCalls pending;                     // see Note [Direct sends]
+  std::unique_ptr<std::atomic<bool>[]> peer_dead;  // by rank; set by the actor, never cleared
   IdGenerator<TransferId> transfer_ids;
   MessageCounters counters;
   std::atomic<RunState> state{RunState::starting};
@@ -64,8 +67,9 @@ class Runtime {
   /// Stops the executor, the actors and the actor system. Idempotent.
   void teardown();
 
-  /// Sends a call straight to a peer (see Note [Direct sends]); any thread.
-  void send_call(WorkerId to, CallRequest&& req);
+  /// Starts a call from any thread (see Note [Direct sends]); `done` runs
+  /// exactly once, on the actor's thread or, for early failures, right here.
+  void start_call(WorkerId to, CallRequest&& req, std::chrono::milliseconds timeout, Completion done);
 
   /// Posts to the executor; false if it refused (saturated or stopped).
   bool post(Executor::Task task, Executor::Task reject = {});

@@ -24,7 +24,8 @@ namespace castor::detail {
 //      after its sender reported but handled before its receiver reported
 //      can balance the sums while another message is still in transit.
 //  S4. Rank 0 then tells every worker (done_atom), waits for their answers,
-//      and finishes itself last, so nobody loses rank 0 while waiting.
+//      and finishes itself last, so nobody loses rank 0 while waiting. A
+//      worker that leaves after its answer is no failure.
 //
 // Counted messages are those that carry work: CallRequest and CallReply
 // (more in later layers). A request counts as received when its handler
@@ -43,6 +44,7 @@ void on_report(worker_pointer self, TerminationReport report);
 
 void broadcast_done(worker_pointer self) {
   auto& st = self->state;
+  st.shutdown.finishing = true;
   st.shutdown.acks_missing = 0;
   for (size_t r = 0; r < st.peers.size(); ++r) {
     if (WorkerId(r) == st.rt->rank || !peer_usable(self, WorkerId(r))) continue;
@@ -144,7 +146,7 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   rep.rank = rt->rank;
   // Read `in_flight` and the executor before the counters: a reply counted
   // after these reads shows up as an imbalance or as a change next wave.
-  bool idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && st.pending.empty();
+  bool idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty();
   rep.sent = rt->counters.sent.load();
   rep.received = rt->counters.received.load();
   rep.idle = idle;
@@ -171,7 +173,7 @@ void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error) {
 void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank) {
   auto& st = self->state;
   auto* rt = st.rt;
-  if (!st.shutdown.requested || rt->state.load() == RunState::stopped) return;
+  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
   auto who = rt->name_of(rank);
   finish_shutdown_impl(self, make_error(ErrorKind::Unreachable, who,
                                         "graceful shutdown of " + rt->name + " failed: worker " + who +

@@ -17,27 +17,6 @@
 namespace castor {
 namespace {
 
-// Completes a call with `on_drop` if every copy of it is destroyed uncalled
-// (e.g. the message carrying it reached an actor that already exited), so
-// that no Future can wait forever.
-class DropGuard {
- public:
-  DropGuard(detail::Completion done, ErrorInfo on_drop) : done_(std::move(done)), on_drop_(std::move(on_drop)) {}
-  ~DropGuard() {
-    if (done_) done_(detail::Outcome::failure(std::move(on_drop_)));
-  }
-  void operator()(detail::Outcome o) {
-    if (auto d = std::move(done_)) {
-      done_ = nullptr;
-      d(std::move(o));
-    }
-  }
-
- private:
-  detail::Completion done_;
-  ErrorInfo on_drop_;
-};
-
 void set_intra_op_threads(const detail::Runtime& rt) {
   int n = rt.opts.intra_op_threads;
   if (n <= 0) {
@@ -89,6 +68,8 @@ Worker init_rpc(WorkerOptions opts) {
   rt->name = opts.name;
   rt->call_ids.reset(rt->rank);
   rt->transfer_ids.reset(rt->rank);
+  rt->peer_dead.reset(new std::atomic<bool>[size_t(opts.world_size)]);
+  for (int r = 0; r < opts.world_size; ++r) rt->peer_dead[size_t(r)] = false;
   rt->cfg = detail::make_caf_config(rt->opts);
   rt->system = std::make_unique<caf::actor_system>(*rt->cfg);
   rt->view.reset(new Worker(rt, false));
@@ -141,23 +122,7 @@ void Worker::call_raw(const std::string& to, const std::string& fn, std::vector<
   req.caller = rt.rank;
   req.function = fn;
   req.args = std::move(args);
-  detail::OutgoingCall call;
-  call.to = it->second;
-  call.id = req.id;
-  call.function = fn;
-  call.timeout = timeout.value_or(rt.opts.rpc_timeout);
-  auto guard = std::make_shared<DropGuard>(
-      std::move(done), ErrorInfo{ErrorKind::Shutdown, rt.name, "worker " + rt.name + " shut down before '" + fn +
-                                                                   "' on " + to + " could be sent"});
-  call.done = [guard](detail::Outcome o) { (*guard)(std::move(o)); };
-  if (call.to == rt.rank) {
-    call.request = std::move(req);
-    caf::anon_send(rt.actor, std::move(call));
-    return;
-  }
-  // Register first, then send: see Note [Direct sends].
-  caf::anon_send(rt.actor, std::move(call));
-  rt.send_call(it->second, std::move(req));
+  rt.start_call(it->second, std::move(req), timeout.value_or(rt.opts.rpc_timeout), std::move(done));
 }
 
 detail::CallbackRunner Worker::callback_runner() const { return rt_->callback_runner(); }

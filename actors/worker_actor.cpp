@@ -41,7 +41,6 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         return rp;
       },
       // -- calls ------------------------------------------------------------
-      [self](OutgoingCall& call) { start_call_impl(self, std::move(call)); },
       [self](CallRequest& req) { handle_request_impl(self, std::move(req)); },
       [self](CallReply& reply) { handle_reply_impl(self, std::move(reply)); },
       [self](TensorChunk& chunk) { handle_chunk_impl(self, std::move(chunk)); },

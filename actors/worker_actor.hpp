@@ -29,17 +29,6 @@ namespace castor::detail {
 
 class Runtime;
 
-/// A call from a local thread, registered with the worker actor (never
-/// serialized). See Note [Direct sends] in actors/call_routing.cpp.
-struct OutgoingCall {
-  WorkerId to = -1;
-  CallId id;
-  std::string function;
-  std::chrono::milliseconds timeout{0};
-  Completion done;  // runs on the actor's thread: must be short and never block
-  std::optional<CallRequest> request;  // calls to self: the actor delivers it
-};
-
 /// Ends this worker: graceful (distributed termination detection) or at once.
 /// `done` gets nothing on success, else why shutting down failed.
 struct ShutdownCommand {
@@ -49,7 +38,6 @@ struct ShutdownCommand {
 
 }  // namespace castor::detail
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::OutgoingCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::ShutdownCommand)
 
 namespace castor::detail {
@@ -68,10 +56,9 @@ using worker_peer = caf::typed_actor<
 
 /// The full interface: peers' messages plus the local API's.
 using worker_actor = worker_peer::extend<
-    caf::reacts_to<OutgoingCall>,
     caf::replies_to<peer_atom, WorkerId, worker_peer>::with<bool>,  // init: a connected peer
     caf::replies_to<ready_atom>::with<std::vector<worker_peer>>,    // init: every peer, once known
-    caf::reacts_to<sweep_atom>,                                     // timeouts are due
+    caf::reacts_to<sweep_atom>,                                     // call deadlines are due
     caf::reacts_to<probe_atom>,                                     // start a termination wave (rank 0)
     caf::reacts_to<ShutdownCommand>>;
 

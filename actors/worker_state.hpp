@@ -16,23 +16,14 @@
 
 #include "actors/large_payloads.hpp"
 #include "actors/name_store.hpp"
+#include "actors/pending_calls.hpp"
 #include "actors/worker_actor.hpp"
 
 namespace castor::detail {
 
-using Clock = std::chrono::steady_clock;
-
 struct PeerSlot {
   worker_peer handle;  // set when the peer connected (init)
   bool alive = true;   // cleared by the down handler; a dead worker stays dead
-};
-
-struct PendingCall {
-  WorkerId to = -1;
-  std::string function;
-  std::chrono::milliseconds timeout{0};
-  Completion done;
-  std::multimap<Clock::time_point, CallId>::iterator deadline;
 };
 
 /// Graceful shutdown bookkeeping, see Note [Graceful shutdown] in shutdown.cpp.
@@ -47,6 +38,7 @@ struct ShutdownState {
   bool have_previous = false;  // the previous wave was balanced and idle
   uint64_t previous_sent = 0, previous_received = 0;
   size_t acks_missing = 0;  // done_atom answers still expected
+  bool finishing = false;   // done was broadcast: peers leaving now is expected
 };
 
 struct worker_state {
@@ -60,11 +52,6 @@ struct worker_state {
   std::unordered_map<caf::actor_addr, WorkerId> rank_by_addr;
   std::vector<caf::typed_response_promise<std::vector<worker_peer>>> ready_waiters;  // init threads
 
-  // Our calls awaiting replies; removed on reply, timeout, death or shutdown.
-  std::unordered_map<CallId, PendingCall> pending;
-  std::multimap<Clock::time_point, CallId> deadlines;
-  std::optional<Clock::time_point> sweep_at;  // earliest scheduled sweep
-
   ShutdownState shutdown;
 
   ChunkAssembler chunks;  // large tensors in transit to us
@@ -73,11 +60,10 @@ struct worker_state {
 using worker_pointer = worker_actor::stateful_pointer<worker_state>;
 
 // call_routing.cpp
-void start_call_impl(worker_pointer self, OutgoingCall&& call);
 void handle_reply_impl(worker_pointer self, CallReply&& reply);
 void sweep_impl(worker_pointer self);
-void fail_pending_impl(worker_pointer self, std::function<bool(const PendingCall&)> which,
-                       std::function<ErrorInfo(const PendingCall&)> why);
+void fail_pending_impl(worker_pointer self, const std::function<bool(const PendingCall&)>& which,
+                       const std::function<ErrorInfo(const PendingCall&)>& why);
 
 // call_dispatch.cpp
 void handle_request_impl(worker_pointer self, CallRequest&& request);

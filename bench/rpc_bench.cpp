@@ -1,5 +1,8 @@
 // castor-bench rpc: the figures of PyTorch's RPC benchmark, castor's side.
 #include <ATen/ATen.h>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/runtime.hpp"
 
 #include "bench_suites.hpp"
 
@@ -15,6 +18,33 @@ std::vector<Figure> bench_rpc(const Options& opts) {
                  median_us(3000 * r, [&] { w.rpc_sync<at::Tensor>("worker1", "bench_add", x, x); }, 200)});
   out.push_back({"rpc_sync_builtin_us",
                  median_us(3000 * r, [&] { w.rpc_sync<at::Tensor>("worker1", "aten::add", x, x); }, 200)});
+  {
+    // CAF's own request/response to the peer's worker actor: the floor of any
+    // path through actors (a termination probe needs no user code).
+    auto& rt = w.runtime();
+    caf::scoped_actor self{*rt.system};
+    auto peer = rt.peer_handles[1];
+    int64_t round = 0;
+    out.push_back({"caf_request_response_us", median_us(3000 * r, [&] {
+                     self->request(peer, std::chrono::seconds(10), probe_atom::value, ++round)
+                         .receive([](TerminationReport&) {}, [](caf::error&) {});
+                   }, 200)});
+  }
+  {
+    // Diagnostic: a CallRequest from a blocking actor, reply straight back to it.
+    auto& rt = w.runtime();
+    caf::scoped_actor self{*rt.system};
+    auto peer = rt.peer_handles[1];
+    out.push_back({"diag_callrequest_scoped_us", median_us(3000 * r, [&] {
+                     CallRequest req;
+                     req.id = rt.call_ids.next();
+                     req.caller = 0;
+                     req.function = "aten::add";
+                     req.args = {Value(x), Value(x)};
+                     self->send(peer, std::move(req));
+                     self->receive([](CallReply&) {});
+                   }, 200)});
+  }
   std::vector<double> rates;
   for (int rep = 0; rep < 5; ++rep) {
     const int n = 20000;

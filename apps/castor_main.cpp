@@ -1,0 +1,119 @@
+// castor: the command. `castor demo` runs the main job on local workers;
+// `castor run <app>` runs any app on local worker processes.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "apps/common/app.hpp"
+#include "apps/common/local_launch.hpp"
+
+namespace {
+
+using namespace castor::apps;
+
+const char* kUsage =
+    "usage: castor <command> [...]\n"
+    "commands:\n"
+    "  demo                       the main job: the demo app on local worker processes\n"
+    "  run <app> [--workers N] [app flags]   run an app on N local worker processes\n"
+    "  apps                       list the apps and their flags\n"
+    "  --help                     this text\n";
+
+int list_apps() {
+  for (const auto& [name, app] : app_registry()) {
+    std::printf("%-14s %s (default %d workers)\n", name.c_str(), app.summary.c_str(), app.default_workers);
+    if (!app.flags_help.empty()) std::printf("%s", app.flags_help.c_str());
+  }
+  return 0;
+}
+
+// Launches `workers` processes of this binary, each running `app` as one rank.
+int run_app(const std::string& app_name, std::vector<std::string> args) {
+  auto it = app_registry().find(app_name);
+  if (it == app_registry().end()) {
+    std::fprintf(stderr, "castor run: unknown app '%s' (see `castor apps`)\n", app_name.c_str());
+    return 2;
+  }
+  int workers = it->second.default_workers;
+  std::vector<std::string> app_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--workers" && i + 1 < args.size()) {
+      workers = std::atoi(args[++i].c_str());
+    } else if (args[i] == "--help") {
+      std::printf("castor run %s [--workers N]: %s\n%s", app_name.c_str(), it->second.summary.c_str(),
+                  it->second.flags_help.c_str());
+      return 0;
+    } else {
+      app_args.push_back(args[i]);
+    }
+  }
+  try {
+    parse_app_args(app_args, it->second.known_flags);  // refuse bad flags before starting anything
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor run %s: %s\n", app_name.c_str(), e.what());
+    return 2;
+  }
+  if (workers < 1) {
+    std::fprintf(stderr, "castor run: --workers must be at least 1\n");
+    return 2;
+  }
+  auto port = free_local_port();
+  std::vector<ProcessSpec> specs;
+  for (int r = 0; r < workers; ++r) {
+    ProcessSpec s;
+    s.name = "worker" + std::to_string(r);
+    s.argv = {self_executable(), "_app", app_name};
+    s.argv.insert(s.argv.end(), app_args.begin(), app_args.end());
+    s.env = {{"MASTER_ADDR", "127.0.0.1"},
+             {"MASTER_PORT", std::to_string(port)},
+             {"RANK", std::to_string(r)},
+             {"WORLD_SIZE", std::to_string(workers)}};
+    specs.push_back(std::move(s));
+  }
+  auto result = run_processes(specs);
+  return result.exit_code;
+}
+
+// One rank of an app (started by run_app with RANK etc. in the environment).
+int app_worker(const std::string& app_name, const std::vector<std::string>& args) {
+  auto it = app_registry().find(app_name);
+  if (it == app_registry().end()) return 2;
+  try {
+    auto parsed = parse_app_args(args, it->second.known_flags);
+    castor::WorkerOptions opts;
+    opts.host = "127.0.0.1";
+    auto w = castor::init_rpc(opts);
+    int rc = it->second.run(w, parsed);
+    w.shutdown();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  auto cmd = args[0];
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (cmd == "demo") return run_app("rpc-tour", rest);
+  if (cmd == "apps") return list_apps();
+  if (cmd == "run") {
+    if (rest.empty()) {
+      std::fprintf(stderr, "castor run: which app? (see `castor apps`)\n");
+      return 2;
+    }
+    return run_app(rest[0], std::vector<std::string>(rest.begin() + 1, rest.end()));
+  }
+  if (cmd == "_app" && !rest.empty())
+    return app_worker(rest[0], std::vector<std::string>(rest.begin() + 1, rest.end()));
+  std::fprintf(stderr, "castor: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

@@ -1,0 +1,148 @@
+// Process launcher: fork/exec with piped output, poll loop that prefixes each
+// line, and fail-fast termination of the siblings.
+#include "local_launch.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <optional>
+
+namespace castor::apps {
+namespace {
+
+struct Child {
+  std::string name;
+  pid_t pid = -1;
+  int fd = -1;  // stdout and stderr, merged
+  std::string partial;
+  bool exited = false;
+  int code = 0;
+};
+
+void flush_lines(Child& c, bool all) {
+  size_t pos;
+  while ((pos = c.partial.find('\n')) != std::string::npos) {
+    std::printf("[%s] %s\n", c.name.c_str(), c.partial.substr(0, pos).c_str());
+    c.partial.erase(0, pos + 1);
+  }
+  if (all && !c.partial.empty()) {
+    std::printf("[%s] %s\n", c.name.c_str(), c.partial.c_str());
+    c.partial.clear();
+  }
+  std::fflush(stdout);
+}
+
+pid_t spawn(const ProcessSpec& spec, int out_fd) {
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  ::dup2(out_fd, 1);
+  ::dup2(out_fd, 2);
+  ::close(out_fd);
+  for (const auto& [k, v] : spec.env) ::setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv;
+  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  ::execv(argv[0], argv.data());
+  std::fprintf(stderr, "cannot start %s: %s\n", argv[0], std::strerror(errno));
+  ::_exit(127);
+}
+
+}  // namespace
+
+std::string self_executable() {
+  char buf[4096];
+  auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "castor";
+  buf[n] = 0;
+  return buf;
+}
+
+uint16_t free_local_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::milliseconds grace) {
+  std::vector<Child> children;
+  for (const auto& spec : specs) {
+    int p[2];
+    if (::pipe(p) != 0) continue;
+    Child c;
+    c.name = spec.name;
+    c.pid = spawn(spec, p[1]);
+    ::close(p[1]);
+    c.fd = p[0];
+    children.push_back(std::move(c));
+  }
+  LaunchResult result;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  size_t alive = children.size();
+  while (alive > 0) {
+    std::vector<pollfd> fds;
+    for (auto& c : children)
+      if (c.fd >= 0) fds.push_back(pollfd{c.fd, POLLIN, 0});
+    ::poll(fds.data(), fds.size(), 100);
+    for (auto& c : children) {
+      if (c.fd < 0) continue;
+      char buf[4096];
+      int flags = ::fcntl(c.fd, F_GETFL);
+      ::fcntl(c.fd, F_SETFL, flags | O_NONBLOCK);
+      ssize_t n;
+      while ((n = ::read(c.fd, buf, sizeof(buf))) > 0) c.partial.append(buf, size_t(n));
+      flush_lines(c, false);
+      if (n == 0) {
+        ::close(c.fd);
+        c.fd = -1;
+        flush_lines(c, true);
+      }
+    }
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.exited = true;
+      --alive;
+      c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (c.code != 0 && result.failed.empty()) {
+        result.failed = c.name;
+        result.exit_code = c.code;
+        std::printf("[launch] %s exited with %d; stopping the others\n", c.name.c_str(), c.code);
+        for (auto& o : children)
+          if (!o.exited) ::kill(o.pid, SIGTERM);
+        kill_at = std::chrono::steady_clock::now() + grace;
+      }
+    }
+    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
+      for (auto& o : children)
+        if (!o.exited) ::kill(o.pid, SIGKILL);
+      kill_at.reset();
+    }
+  }
+  for (auto& c : children) {
+    if (c.fd >= 0) {
+      char buf[4096];
+      ssize_t n;
+      while ((n = ::read(c.fd, buf, sizeof(buf))) > 0) c.partial.append(buf, size_t(n));
+      flush_lines(c, true);
+      ::close(c.fd);
+    }
+  }
+  return result;
+}
+
+}  // namespace castor::apps

@@ -1,0 +1,69 @@
+// The executor: runs tasks, grows while threads block, refuses past its bound.
+#include <doctest/doctest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "actors/executor.hpp"
+
+using castor::detail::Executor;
+using namespace std::chrono_literals;
+
+TEST_CASE("tasks run on pool threads, never more runnable than configured") {
+  auto ex = std::make_shared<Executor>(Executor::Options{2, 8, "t", {}});
+  std::atomic<int> running{0}, peak{0}, done{0};
+  for (int i = 0; i < 20; ++i)
+    CHECK(ex->post([&] {
+      int now = ++running;
+      int p = peak.load();
+      while (now > p && !peak.compare_exchange_weak(p, now)) {
+      }
+      std::this_thread::sleep_for(2ms);
+      --running;
+      ++done;
+    }));
+  for (int i = 0; i < 500 && done < 20; ++i) std::this_thread::sleep_for(10ms);
+  CHECK(done == 20);
+  CHECK(peak <= 2);
+  CHECK(Executor::current() == nullptr);
+}
+
+TEST_CASE("a thread that blocks makes room for queued work (managed blocking)") {
+  auto ex = std::make_shared<Executor>(Executor::Options{1, 4, "t", {}});
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  std::promise<void> second_ran;
+  ex->post([&] {
+    Executor::BlockingScope blocking;  // as Future::wait does on a pool thread
+    released.wait();
+  });
+  std::this_thread::sleep_for(20ms);
+  ex->post([&] { second_ran.set_value(); });
+  CHECK(second_ran.get_future().wait_for(5s) == std::future_status::ready);
+  release.set_value();
+  for (int i = 0; i < 100 && !ex->idle(); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(ex->idle());
+}
+
+TEST_CASE("past the bound, queued work is rejected instead of waiting forever") {
+  auto ex = std::make_shared<Executor>(Executor::Options{1, 2, "t", {}});
+  std::promise<void> release;
+  auto released = release.get_future().share();
+  std::atomic<int> rejected{0};
+  auto block = [released] {
+    Executor::BlockingScope blocking;
+    released.wait();
+  };
+  ex->post(block);
+  std::this_thread::sleep_for(20ms);
+  ex->post(block);  // the second (last) thread blocks too
+  std::this_thread::sleep_for(50ms);
+  CHECK_FALSE(ex->post([] {}, [&] { ++rejected; }));  // refused at once
+  auto s = ex->stats();
+  CHECK(s.blocked == 2);
+  CHECK(s.threads == 2);
+  release.set_value();
+  ex->stop();
+  CHECK_FALSE(ex->post([] {}));  // stopped
+}

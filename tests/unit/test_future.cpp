@@ -1,0 +1,94 @@
+// Futures and promises without workers: completion, then-chains, errors,
+// waiting rules.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include "actors/future.hpp"
+#include "actors/thread_context.hpp"
+
+using namespace castor;
+using std::chrono::milliseconds;
+
+TEST_CASE("a promise completes its futures once; later completions are refused") {
+  Promise<int64_t> p;
+  auto f = p.future();
+  auto g = p.future();  // the same shared state
+  CHECK_FALSE(f.is_done());
+  p.set_value(5);
+  CHECK(f.wait() == 5);
+  CHECK(g.value() == 5);
+  CHECK_THROWS_AS(p.set_value(6), std::logic_error);
+  CHECK_FALSE(p.try_set_value(7));
+}
+
+TEST_CASE("errors propagate through then() and are thrown by wait()") {
+  Promise<int64_t> p;
+  bool ran = false;
+  auto next = p.future().then([&](int64_t v) {
+    ran = true;
+    return v + 1;
+  });
+  p.set_error(ErrorInfo{ErrorKind::Timeout, "worker1", "too slow"});
+  CHECK_THROWS_AS(next.wait(), TimeoutError);
+  CHECK_FALSE(ran);
+  REQUIRE(next.error().has_value());
+  CHECK(next.error()->worker() == "worker1");
+  // A then() taking the Future sees the error and can recover.
+  auto recovered = p.future().then([](Future<int64_t>& f) { return f.error() ? int64_t(-1) : f.value(); });
+  CHECK(recovered.wait() == -1);
+}
+
+TEST_CASE("then() chains, flattens futures and turns exceptions into errors") {
+  Promise<int64_t> p;
+  Promise<std::string> inner;
+  auto chained = p.future()
+                     .then([](int64_t v) { return v * 2; })
+                     .then([&inner](int64_t) { return inner.future(); })
+                     .then([](std::string s) { return s + "!"; });
+  p.set_value(21);
+  CHECK_FALSE(chained.is_done());
+  inner.set_value("done");
+  CHECK(chained.wait(milliseconds(1000)) == "done!");
+  auto thrown = make_ready_future(int64_t(1)).then([](int64_t) -> int64_t { throw std::runtime_error("bad"); });
+  CHECK_THROWS_WITH_AS(thrown.wait(), "bad", RemoteError);
+  auto v = make_ready_future().then([] { return 3; });
+  CHECK(v.wait() == 3);
+}
+
+TEST_CASE("wait with a timeout, wait_all and collect_all") {
+  Promise<int64_t> slow;
+  CHECK_THROWS_AS(slow.future().wait(milliseconds(10)), TimeoutError);
+  std::thread t([slow] {
+    std::this_thread::sleep_for(milliseconds(20));
+    slow.set_value(9);
+  });
+  CHECK(slow.future().wait(milliseconds(5000)) == 9);
+  t.join();
+  std::vector<Future<int64_t>> fs{make_ready_future(int64_t(1)), make_ready_future(int64_t(2))};
+  CHECK(wait_all(fs) == std::vector<int64_t>{1, 2});
+  Promise<int64_t> bad;
+  bad.set_error("broken");
+  fs.push_back(bad.future());
+  CHECK_THROWS_AS(wait_all(fs), RemoteError);
+  auto all = collect_all(fs).wait(milliseconds(1000));
+  CHECK(all.size() == 3);
+  CHECK(all[2].error().has_value());
+  CHECK(collect_all(std::vector<Future<int64_t>>{}).wait().empty());
+}
+
+TEST_CASE("blocking on a CAF scheduler thread is refused, not a deadlock") {
+  Promise<int64_t> p;
+  auto f = p.future();
+  std::string message;
+  std::thread t([&] {
+    castor::detail::mark_caf_thread(true);
+    try {
+      f.wait();
+    } catch (const RpcError& e) {
+      message = e.what();
+    }
+  });
+  t.join();
+  CHECK(message.find("CAF scheduler thread") != std::string::npos);
+}
