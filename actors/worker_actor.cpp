@@ -2,6 +2,7 @@
 #include "actors/worker_actor.hpp"
 
 #include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/runtime.hpp"
@@ -69,7 +70,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
 }  // namespace
 
 worker_actor spawn_worker_actor(Runtime& rt) {
-  return rt.system->spawn(worker_behavior, &rt);
+  return rt.system->middleman().spawn_broker(worker_behavior, &rt);
 }
 
 }  // namespace castor::detail

@@ -17,6 +17,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <caf/io/typed_broker.hpp>
 
 #include "actors/registry.hpp"
 #include "messages/atoms.hpp"
@@ -61,6 +62,18 @@ using worker_actor = worker_peer::extend<
     caf::reacts_to<sweep_atom>,                                     // call deadlines are due
     caf::reacts_to<probe_atom>,                                     // start a termination wave (rank 0)
     caf::reacts_to<ShutdownCommand>>;
+
+/// The worker actor is a broker: it runs on the middleman's multiplexer
+/// thread, the thread that receives its messages from peers, so no message
+/// from the network waits for a scheduler thread to wake up. It does little
+/// per message (user code runs on the executor), so it does not hold up I/O.
+template <class List>
+struct broker_of;
+template <class... Sigs>
+struct broker_of<caf::detail::type_list<Sigs...>> {
+  using type = caf::io::typed_broker<Sigs...>;
+};
+using worker_broker = broker_of<worker_actor::signatures>::type;
 
 /// Spawns the worker actor of `rt` (name store delegate on rank 0).
 worker_actor spawn_worker_actor(Runtime& rt);

@@ -57,7 +57,7 @@ struct worker_state {
   ChunkAssembler chunks;  // large tensors in transit to us
 };
 
-using worker_pointer = worker_actor::stateful_pointer<worker_state>;
+using worker_pointer = caf::stateful_actor<worker_state, worker_broker>*;
 
 // call_routing.cpp
 void handle_reply_impl(worker_pointer self, CallReply&& reply);

@@ -30,21 +30,6 @@ std::vector<Figure> bench_rpc(const Options& opts) {
                          .receive([](TerminationReport&) {}, [](caf::error&) {});
                    }, 200)});
   }
-  {
-    // Diagnostic: a CallRequest from a blocking actor, reply straight back to it.
-    auto& rt = w.runtime();
-    caf::scoped_actor self{*rt.system};
-    auto peer = rt.peer_handles[1];
-    out.push_back({"diag_callrequest_scoped_us", median_us(3000 * r, [&] {
-                     CallRequest req;
-                     req.id = rt.call_ids.next();
-                     req.caller = 0;
-                     req.function = "aten::add";
-                     req.args = {Value(x), Value(x)};
-                     self->send(peer, std::move(req));
-                     self->receive([](CallReply&) {});
-                   }, 200)});
-  }
   std::vector<double> rates;
   for (int rep = 0; rep < 5; ++rep) {
     const int n = 20000;
