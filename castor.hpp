@@ -10,3 +10,5 @@
 #include "actors/registry.hpp"
 #include "actors/worker.hpp"
 #include "actors/worker_options.hpp"
+#include "rref/class_registry.hpp"
+#include "rref/rref.hpp"

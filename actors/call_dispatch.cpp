@@ -1,46 +1,30 @@
 // Callee side of a call: look the function up, run it on the executor, send
 // the reply straight from the executor thread to the caller's worker actor.
+#include "actors/call_dispatch.hpp"
+
 #include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/builtins.hpp"
-#include "actors/current_worker.hpp"
 #include "actors/runtime.hpp"
+#include "actors/rref_hooks.hpp"
 #include "actors/worker_state.hpp"
 
 namespace castor::detail {
 namespace {
 
-/// Sends the reply of one request, exactly once, from any thread.
-struct Replier {
-  Runtime* rt;
-  caf::strong_actor_ptr caller;
-  CallId id;
-  bool to_self;
+// Builtins whose tensor inputs are at most this large run on the actor: an
+// ATen operator on small tensors takes microseconds, less than the hand-off.
+constexpr size_t kInlineBuiltinBytes = 64 * 1024;
 
-  void operator()(Outcome o) const {
-    CallReply reply;
-    reply.id = id;
-    reply.ok = o.ok;
-    if (o.ok)
-      reply.result = to_self ? o.value.deep_copy() : std::move(o.value);
-    else
-      reply.error = std::move(o.error);
-    // Order matters for termination detection: count the reply as sent
-    // before this request stops counting as in flight.
-    rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
-    if (caller) {
-      auto to = caf::actor_cast<worker_peer>(caller);
-      if (reply.ok && !to_self) {
-        std::vector<TensorChunk> chunks;
-        split_large_tensors(reply.result, rt->opts.max_message_bytes, rt->transfer_ids, chunks);
-        for (auto& c : chunks) caf::anon_send(to, std::move(c));  // before the reply: FIFO per sender
-      }
-      caf::anon_send(to, std::move(reply));
-    }
-    rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+bool small_builtin_call(const std::vector<Value>& args) {
+  size_t bytes = 0;
+  for (const auto& a : args) {
+    if (a.is_list()) return false;  // lists of tensors: could be anything
+    if (a.is_tensor()) bytes += size_t(a.to_tensor().numel()) * a.to_tensor().element_size();
   }
-};
+  return bytes <= kInlineBuiltinBytes;
+}
 
 ErrorInfo user_exception(const Runtime& rt, const std::string& fn, std::exception_ptr e) {
   std::string what;
@@ -54,7 +38,7 @@ ErrorInfo user_exception(const Runtime& rt, const std::string& fn, std::exceptio
   return make_error(ErrorKind::Remote, rt.name, "worker " + rt.name + ": function '" + fn + "' raised: " + what);
 }
 
-void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Replier reply) {
+void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Completion reply) {
   auto fn = req.function;
   try {
     if (!entry) {
@@ -85,51 +69,52 @@ void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Rep
   }
 }
 
-// Builtins whose tensor inputs are at most this large run on the actor.
-constexpr size_t kInlineBuiltinBytes = 64 * 1024;
-
-bool small_builtin_call(const std::vector<Value>& args) {
-  size_t bytes = 0;
-  bool small = true;
-  for (const auto& a : args) {
-    if (a.is_list()) return false;  // lists of tensors: could be anything
-    if (a.is_tensor()) bytes += size_t(a.to_tensor().numel()) * a.to_tensor().element_size();
-  }
-  small = bytes <= kInlineBuiltinBytes;
-  return small;
-}
-
 }  // namespace
 
-void handle_request_impl(worker_pointer self, CallRequest&& req) {
-  auto* rt = self->state.rt;
-  rt->counters.received.fetch_add(1, std::memory_order_relaxed);
-  rt->counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
-  Replier reply{rt, self->current_sender(), req.id, req.caller == rt->rank};
-  if (rt->state.load() == RunState::stopped) {
-    reply(Outcome::failure(make_error(ErrorKind::Shutdown, rt->name, "worker " + rt->name + " is shut down")));
-    return;
-  }
-  for (auto& a : req.args) {
-    auto err = self->state.chunks.resolve(a);
-    if (!err.empty()) {
-      reply(Outcome::failure(make_error(ErrorKind::Internal, rt->name, "worker " + rt->name + ": " + err)));
-      return;
+Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallRequest& req) {
+  bool to_self = req.caller == rt->rank;
+  WorkerId caller_rank = req.caller;
+  CallId id = req.id;
+  return [rt, caller = std::move(caller), id, to_self, caller_rank](Outcome o) {
+    CallReply reply;
+    reply.id = id;
+    reply.ok = o.ok;
+    if (o.ok)
+      reply.result = to_self ? o.value.deep_copy() : std::move(o.value);
+    else
+      reply.error = std::move(o.error);
+    // Order matters for termination detection: count the reply as sent
+    // before this request stops counting as in flight.
+    rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
+    if (caller) {
+      auto to = caf::actor_cast<worker_peer>(caller);
+      if (reply.ok && !to_self) {
+        if (rt->rrefs && reply.result.contains_rref()) rt->rrefs->fork_for(reply.result, caller_rank);
+        std::vector<TensorChunk> chunks;
+        split_large_tensors(reply.result, rt->opts.max_message_bytes, rt->transfer_ids, chunks);
+        for (auto& c : chunks) caf::anon_send(to, std::move(c));  // before the reply: FIFO per sender
+      }
+      caf::anon_send(to, std::move(reply));
     }
-  }
+    rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+  };
+}
+
+void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
+  auto fail = [&](ErrorKind k, const std::string& msg) {
+    reply(Outcome::failure(make_error(k, rt->name, "worker " + rt->name + ": " + msg)));
+  };
+  if (rt->state.load() == RunState::stopped) return fail(ErrorKind::Shutdown, "is shut down");
   const FunctionEntry* entry = nullptr;
-  if (is_builtin_name(req.function) && small_builtin_call(req.args)) {
-    // An ATen operator on small tensors takes microseconds: running it here
-    // saves the executor hand-off, which costs more than the operator.
-    run_request(rt, nullptr, std::move(req), reply);
-    return;
-  }
-  if (!is_builtin_name(req.function)) {
+  if (is_builtin_name(req.function)) {
+    if (small_builtin_call(req.args)) return run_request(rt, nullptr, std::move(req), reply);
+  } else {
     entry = FunctionRegistry::instance().find(req.function);
     if (!entry) {
-      reply(Outcome::failure(make_error(ErrorKind::Lookup, rt->name,
-                                        "worker " + rt->name + ": unknown function '" + req.function + "'")));
-      return;
+      if (rt->class_known && rt->class_known(req.function))
+        return fail(ErrorKind::Type, "'" + req.function + "' is a class: construct it with remote<" + req.function +
+                                         ">(...), which returns an RRef to the new object");
+      return fail(ErrorKind::Lookup, "unknown function '" + req.function + "'");
     }
   }
   auto fn = req.function;
@@ -144,6 +129,26 @@ void handle_request_impl(worker_pointer self, CallRequest&& req) {
     run_request(rt, entry, std::move(req), reply);
   }, saturated);
   if (!accepted) saturated();
+}
+
+void handle_request_impl(worker_pointer self, CallRequest&& req) {
+  auto* rt = self->state.rt;
+  rt->counters.received.fetch_add(1, std::memory_order_relaxed);
+  rt->counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
+  for (auto& a : req.args) {
+    auto err = self->state.chunks.resolve(a);
+    if (!err.empty()) {
+      make_replier(rt, self->current_sender(), req)(
+          Outcome::failure(make_error(ErrorKind::Internal, rt->name, "worker " + rt->name + ": " + err)));
+      return;
+    }
+  }
+  if (rt->rrefs && rt->rrefs->wants(req)) {
+    rt->rrefs->handle_request(std::move(req), self->current_sender());
+    return;
+  }
+  auto reply = make_replier(rt, self->current_sender(), req);
+  execute_request(rt, std::move(req), std::move(reply));
 }
 
 void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk) {

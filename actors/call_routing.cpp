@@ -49,6 +49,9 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
     }
     return;  // the actor already failed it
   }
+  if (rrefs)
+    for (auto& a : req.args)
+      if (a.contains_rref()) rrefs->fork_for(a, to);  // before the request leaves
   counters.sent.fetch_add(1, std::memory_order_relaxed);
   if (to == rank) {
     for (auto& a : req.args) a = a.deep_copy();
@@ -71,6 +74,8 @@ void handle_reply_impl(worker_pointer self, CallReply&& reply) {
     auto err = st.chunks.resolve(reply.result);
     if (!err.empty())
       return call->done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name, "reply of a call: " + err)));
+    if (st.rt->rrefs && reply.result.contains_rref())
+      return st.rt->rrefs->adopt_then(std::move(reply.result), std::move(call->done));  // see Note [RRef protocol]
     call->done(Outcome::success(std::move(reply.result)));
   } else {
     call->done(Outcome::failure(std::move(reply.error)));

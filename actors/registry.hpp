@@ -75,6 +75,7 @@ class FunctionRegistry {
 
   /// Registration problems (duplicates), empty when all is well.
   const std::vector<std::string>& problems() const { return problems_; }
+  void add_problem(std::string p) { problems_.push_back(std::move(p)); }
 
  private:
   std::unordered_map<std::string, FunctionEntry> entries_;

@@ -15,6 +15,7 @@ void Runtime::teardown() {
   // Teardown order: no user code left (executor), then the actors, then the
   // actor system (which waits for them), then its config.
   if (executor) executor->stop();
+  if (rrefs) rrefs->stop();
   if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   actor = nullptr;
   system.reset();

@@ -14,6 +14,7 @@
 
 #include "actors/executor.hpp"
 #include "actors/pending_calls.hpp"
+#include "actors/rref_hooks.hpp"
 #include "actors/worker_actor.hpp"
 #include "actors/worker_options.hpp"
 #include "messages/ids.hpp"
@@ -35,7 +36,7 @@ struct MessageCounters {
 
 enum class RunState : int { starting, running, shutting_down, stopped };
 
-class Runtime {
+class Runtime : public std::enable_shared_from_this<Runtime> {
  public:
   explicit Runtime(WorkerOptions opts);
   ~Runtime();
@@ -52,6 +53,8 @@ class Runtime {
   worker_actor actor;
   std::vector<worker_peer> peer_handles;  // by rank, set when init completes (read-only after)
   std::unique_ptr<Worker> view;  // non-owning Worker, for current_worker()
+  std::unique_ptr<RRefHooks> rrefs;             // the rref/ layer (install_layers)
+  std::function<bool(const std::string&)> class_known;  // for error messages
 
   // -- shared, thread-safe ----------------------------------------------------
   IdGenerator<CallId> call_ids;

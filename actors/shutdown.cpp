@@ -30,7 +30,10 @@ namespace castor::detail {
 // Counted messages are those that carry work: CallRequest and CallReply
 // (more in later layers). A request counts as received when its handler
 // runs and stays "in flight" until its reply is counted as sent, so a worker
-// busy with a call is never idle. A dead peer ends the shutdown with an error
+// busy with a call is never idle. RRef control messages are not counted:
+// their sender is not idle until their ack arrives, and an owner that still
+// has forks keeps its worker from being idle (every worker releases its own
+// RRefs when it enters shutdown). A dead peer ends the shutdown with an error
 // on every worker that notices it.
 
 namespace {
@@ -103,6 +106,7 @@ void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd) {
     return;
   }
   rt->state.store(RunState::shutting_down);
+  if (rt->rrefs) rt->rrefs->on_shutdown_begin();  // shutdown deletes every local RRef
   for (size_t r = 0; r < st.peers.size(); ++r)
     if (WorkerId(r) != rt->rank && !peer_usable(self, WorkerId(r))) {
       on_peer_lost_during_shutdown_impl(self, WorkerId(r));
@@ -146,7 +150,8 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   rep.rank = rt->rank;
   // Read `in_flight` and the executor before the counters: a reply counted
   // after these reads shows up as an imbalance or as a change next wave.
-  bool idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty();
+  bool idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty() &&
+              (!rt->rrefs || rt->rrefs->idle());
   rep.sent = rt->counters.sent.load();
   rep.received = rt->counters.received.load();
   rep.idle = idle;

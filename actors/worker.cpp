@@ -80,6 +80,7 @@ Worker init_rpc(WorkerOptions opts) {
   ex.on_thread_start = [view = rt->view.get()] { detail::set_thread_worker(view); };
   rt->executor = std::make_shared<detail::Executor>(std::move(ex));
   rt->actor = detail::spawn_worker_actor(*rt);
+  detail::install_layers(*rt);
   try {
     detail::join_world(*rt);
   } catch (...) {
@@ -100,29 +101,51 @@ Worker init_rpc(WorkerOptions opts) {
 
 void Worker::call_raw(const std::string& to, const std::string& fn, std::vector<Value> args,
                       std::optional<std::chrono::milliseconds> timeout, detail::Completion done) const {
+  WorkerId rank;
+  try {
+    rank = rank_of(to);
+  } catch (const RpcError& e) {
+    auto info = e.info();
+    info.message += " (calling '" + fn + "')";
+    return done(detail::Outcome::failure(std::move(info)));
+  }
+  CallRequest req;
+  req.function = fn;
+  if (rt_->rrefs) rt_->rrefs->convert_arguments(req, args);
+  req.args = std::move(args);
+  call_request(rank, std::move(req), timeout, std::move(done));
+}
+
+void Worker::call_request(WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
+                          detail::Completion done) const {
   auto& rt = *rt_;
   auto fail = [&](ErrorKind k, std::string who, std::string msg) {
     done(detail::Outcome::failure(ErrorInfo{k, std::move(who), std::move(msg)}));
   };
   auto st = rt.state.load();
   if (st != detail::RunState::running && st != detail::RunState::shutting_down)
-    return fail(ErrorKind::Shutdown, rt.name, "worker " + rt.name + " is shut down; cannot call '" + fn + "'");
-  auto it = rt.rank_by_name.find(to);
-  if (it == rt.rank_by_name.end()) {
-    std::string known;
-    for (const auto& w : rt.world) known += (known.empty() ? "" : ", ") + w.name;
-    return fail(ErrorKind::Lookup, to, "unknown worker '" + to + "' (calling '" + fn + "'; known: " + known + ")");
-  }
-  for (size_t i = 0; i < args.size(); ++i)
-    if (auto why = wire::unsendable_reason(args[i]))
+    return fail(ErrorKind::Shutdown, rt.name,
+                "worker " + rt.name + " is shut down; cannot call '" + req.function + "'");
+  for (size_t i = 0; i < req.args.size(); ++i)
+    if (auto why = wire::unsendable_reason(req.args[i]))
       return fail(ErrorKind::Type, rt.name,
-                  "argument " + std::to_string(i + 1) + " of '" + fn + "' cannot be sent: " + *why);
-  CallRequest req;
+                  "argument " + std::to_string(i + 1) + " of '" + req.function + "' cannot be sent: " + *why);
   req.id = rt.call_ids.next();
   req.caller = rt.rank;
-  req.function = fn;
-  req.args = std::move(args);
-  rt.start_call(it->second, std::move(req), timeout.value_or(rt.opts.rpc_timeout), std::move(done));
+  rt.start_call(to, std::move(req), timeout.value_or(rt.opts.rpc_timeout), std::move(done));
+}
+
+WorkerId Worker::rank_of(const std::string& name) const {
+  auto it = rt_->rank_by_name.find(name);
+  if (it != rt_->rank_by_name.end()) return it->second;
+  std::string known;
+  for (const auto& w : rt_->world) known += (known.empty() ? "" : ", ") + w.name;
+  throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "' (known: " + known + ")"});
+}
+
+std::map<std::string, int64_t> Worker::rref_debug_info() const {
+  if (!rt_ || !rt_->rrefs) return {};
+  return rt_->rrefs->debug_info();
 }
 
 detail::CallbackRunner Worker::callback_runner() const { return rt_->callback_runner(); }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,10 +15,14 @@
 #include "actors/future.hpp"
 #include "actors/registry.hpp"
 #include "actors/worker_options.hpp"
+#include "messages/call.hpp"
 #include "messages/value.hpp"
 #include "messages/value_traits.hpp"
 
 namespace castor {
+
+template <class T>
+class RRef;
 
 namespace detail {
 class Runtime;
@@ -92,6 +97,21 @@ class Worker {
     return p.future();
   }
 
+  /// Starts `fn` (a function, an ATen operator, or a registered class name to
+  /// construct) on `to`, and returns at once an RRef to the result, which
+  /// stays on `to`. Defined in rref/rref.hpp.
+  template <class T, class... Args>
+  RRef<T> remote(const std::string& to, const std::string& fn, Args&&... args) const;
+
+  /// An RRef to a value owned by this worker. Defined in rref/rref.hpp.
+  template <class T>
+  RRef<std::decay_t<T>> make_rref(T&& value) const;
+
+  /// PyTorch's keys: num_owner_rrefs, num_pending_futures, num_pending_users,
+  /// num_forks; and num_pending_children, num_user_rrefs,
+  /// num_unacked_control_messages. Readable after shutdown.
+  std::map<std::string, int64_t> rref_debug_info() const;
+
   /// This worker's name and id (rank).
   WorkerInfo get_worker_info() const;
   /// Another worker's, by name or by id; throws LookupError if unknown.
@@ -113,6 +133,11 @@ class Worker {
   /// Sends a call; `done` always runs exactly once (errors included).
   void call_raw(const std::string& to, const std::string& fn, std::vector<Value> args,
                 std::optional<std::chrono::milliseconds> timeout, detail::Completion done) const;
+  /// Sends a prepared request (kind, target, result_to set by the caller).
+  void call_request(WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
+                    detail::Completion done) const;
+  /// The rank of a worker by name; throws LookupError naming the known ones.
+  WorkerId rank_of(const std::string& name) const;
   detail::CallbackRunner callback_runner() const;
   detail::Runtime& runtime() const { return *rt_; }
 

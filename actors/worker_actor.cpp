@@ -45,6 +45,8 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](CallRequest& req) { handle_request_impl(self, std::move(req)); },
       [self](CallReply& reply) { handle_reply_impl(self, std::move(reply)); },
       [self](TensorChunk& chunk) { handle_chunk_impl(self, std::move(chunk)); },
+      [self](RRefControl& msg) { self->state.rt->rrefs->handle_control(std::move(msg)); },
+      [self](RRefControlAck& ack) { self->state.rt->rrefs->handle_ack(std::move(ack)); },
       [self](sweep_atom) { sweep_impl(self); },
       // -- rendezvous (rank 0 serves it through its name store) ---------------
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {

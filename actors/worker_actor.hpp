@@ -24,6 +24,7 @@
 #include "messages/call.hpp"
 #include "messages/chunk.hpp"
 #include "messages/rendezvous.hpp"
+#include "messages/rref_proto.hpp"
 #include "messages/shutdown_proto.hpp"
 
 namespace castor::detail {
@@ -49,6 +50,8 @@ using worker_peer = caf::typed_actor<
     caf::reacts_to<CallRequest>,                                       // run a function here
     caf::reacts_to<CallReply>,                                         // result of our call
     caf::reacts_to<TensorChunk>,                                       // part of a large tensor
+    caf::reacts_to<RRefControl>,                                       // RRef protocol message
+    caf::reacts_to<RRefControlAck>,                                    // ... and its ack
     caf::replies_to<join_atom, JoinRequest>::with<JoinReply>,          // rendezvous (rank 0)
     caf::replies_to<info_atom>::with<std::vector<WorkerRecord>>,       // who joined (rank 0)
     caf::reacts_to<shutdown_atom, WorkerId>,                           // a worker entered shutdown (rank 0)

@@ -6,6 +6,8 @@
 #include <map>
 #include <string>
 
+#include "actors/fault_injection.hpp"
+
 namespace castor {
 
 /// How distributed backward passes find their dependencies (engine/).
@@ -52,6 +54,9 @@ struct WorkerOptions {
   /// Tensors larger than this travel in chunks of at most this size (CAF's
   /// BASP frames carry a 32-bit payload length).
   size_t max_message_bytes = size_t(1) << 30;
+
+  /// Tests only: drop, delay, duplicate or reorder control messages.
+  FaultInjection faults;
 
   /// CAF settings applied on top of castor's defaults ("scheduler.policy" -> "sharing").
   std::map<std::string, std::string> caf_settings;

@@ -16,5 +16,13 @@ using shutdown_atom = caf::atom_constant<caf::atom("c_shutdown")>;
 using done_atom = caf::atom_constant<caf::atom("c_done")>;
 using stop_atom = caf::atom_constant<caf::atom("c_stop")>;
 using info_atom = caf::atom_constant<caf::atom("c_info")>;
+using add_fork_atom = caf::atom_constant<caf::atom("r_addfork")>;
+using del_fork_atom = caf::atom_constant<caf::atom("r_delfork")>;
+using local_ref_atom = caf::atom_constant<caf::atom("r_localref")>;
+using created_atom = caf::atom_constant<caf::atom("r_created")>;
+using released_atom = caf::atom_constant<caf::atom("r_released")>;
+using peer_down_atom = caf::atom_constant<caf::atom("r_peerdown")>;
+using retry_atom = caf::atom_constant<caf::atom("r_retry")>;
+using owner_gone_atom = caf::atom_constant<caf::atom("r_gone")>;
 
 }  // namespace castor

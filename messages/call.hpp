@@ -14,16 +14,39 @@
 
 namespace castor {
 
+/// What a CallRequest asks for.
+enum class CallKind : uint8_t {
+  function = 0,  // run a registered function, a builtin, or construct a class
+  method = 1,    // run a method of the object held by `target`
+  fetch = 2,     // to_here: the value held by `target`
+};
+
 struct CallRequest {
   CallId id;                // chosen by the caller; the reply carries it back
   WorkerId caller = -1;     // rank of the calling worker
-  std::string function;     // registered name, or "aten::<op>" for a builtin
+  std::string function;     // registered name, "aten::<op>", a class, or a method name
   std::vector<Value> args;  // positional arguments
+  CallKind kind = CallKind::function;
+  RRefId target;            // method, fetch: an RRef owned by the callee
+  RRefForkData result_to;   // remote(): the result is held by this new OwnerRRef
+                            // (its rref id and the creator's fork), and the
+                            // reply only acknowledges it
+
+  bool is_remote() const { return result_to.rref_id.valid(); }
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, CallRequest& x) {
-    return f(caf::meta::type_name("castor::CallRequest"), x.id, x.caller,
-             wire::checked(x.function), wire::checked(x.args));
+    auto kind = uint8_t(x.kind);
+    if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
+      if (auto err = f(x.id, x.caller, wire::checked(x.function), wire::checked(x.args), kind, x.target, x.result_to))
+        return err;
+      if (kind > uint8_t(CallKind::fetch)) return caf::sec::invalid_argument;
+      x.kind = CallKind(kind);
+      return caf::none;
+    } else {
+      return f(caf::meta::type_name("castor::CallRequest"), x.id, x.caller, wire::checked(x.function),
+               wire::checked(x.args), kind, x.target, x.result_to);
+    }
   }
 };
 

@@ -68,6 +68,7 @@ struct RRefIdTag { static constexpr const char* prefix = "rref"; static constexp
 struct ForkIdTag { static constexpr const char* prefix = "fork"; static constexpr const char* type_name = "castor::ForkId"; };
 struct ContextIdTag { static constexpr const char* prefix = "ctx"; static constexpr const char* type_name = "castor::ContextId"; };
 struct AutogradMessageIdTag { static constexpr const char* prefix = "amsg"; static constexpr const char* type_name = "castor::AutogradMessageId"; };
+struct ControlIdTag { static constexpr const char* prefix = "ctl"; static constexpr const char* type_name = "castor::ControlId"; };
 struct TransferIdTag { static constexpr const char* prefix = "xfer"; static constexpr const char* type_name = "castor::TransferId"; };
 
 }  // namespace detail
@@ -78,6 +79,7 @@ using ForkId = detail::GlobalId<detail::ForkIdTag>;
 using ContextId = detail::GlobalId<detail::ContextIdTag>;
 using AutogradMessageId = detail::GlobalId<detail::AutogradMessageIdTag>;
 using TransferId = detail::GlobalId<detail::TransferIdTag>;
+using ControlId = detail::GlobalId<detail::ControlIdTag>;
 
 }  // namespace castor
 

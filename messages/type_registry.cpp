@@ -6,6 +6,7 @@
 #include "messages/call.hpp"
 #include "messages/chunk.hpp"
 #include "messages/rendezvous.hpp"
+#include "messages/rref_proto.hpp"
 #include "messages/shutdown_proto.hpp"
 
 namespace castor::detail {
@@ -20,6 +21,8 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<JoinRequest>("castor::JoinRequest");
   cfg.add_message_type<JoinReply>("castor::JoinReply");
   cfg.add_message_type<TerminationReport>("castor::TerminationReport");
+  cfg.add_message_type<RRefControl>("castor::RRefControl");
+  cfg.add_message_type<RRefControlAck>("castor::RRefControlAck");
 }
 
 }  // namespace castor::detail

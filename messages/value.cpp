@@ -1,6 +1,8 @@
 // Value helpers: names, readable rendering, deep copies.
 #include "messages/value.hpp"
 
+#include "messages/rref_proto.hpp"
+
 #include <sstream>
 
 #include <ATen/ATen.h>
@@ -78,6 +80,15 @@ Value Value::deep_copy() const {
     return Value(std::move(out));
   }
   return *this;
+}
+
+const char* to_string(RRefOp op) {
+  switch (op) {
+    case RRefOp::fork_request: return "fork_request";
+    case RRefOp::child_accept: return "child_accept";
+    case RRefOp::user_delete: return "user_delete";
+  }
+  return "?";
 }
 
 }  // namespace castor

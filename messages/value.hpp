@@ -33,6 +33,14 @@ struct RRefForkData {
   }
 };
 
+/// An RRef inside a Value. On the wire it is a fork (`data`, with a fork id
+/// and parent); inside a worker it is a local reference: `handle` keeps the
+/// RRef's local state alive (owned by the rref/ layer, opaque here).
+struct RRefValue {
+  RRefForkData data;
+  std::shared_ptr<void> handle;
+};
+
 /// A tensor whose bytes travel outside the message (bulk path, or chunks for
 /// tensors above BASP's frame limit). Never seen by users: the receiving worker
 /// resolves it to a Tensor before the message is handed on.
@@ -60,7 +68,8 @@ class Value {
   Value(const char* x) : data_(std::string(x)) {}
   Value(at::Tensor x) : data_(std::move(x)) {}
   Value(List x) : data_(ListBox{std::move(x)}) {}
-  Value(RRefForkData x) : data_(std::move(x)) {}
+  Value(RRefForkData x) : data_(RRefValue{std::move(x), nullptr}) {}
+  Value(RRefValue x) : data_(std::move(x)) {}
   Value(ExternalTensor x) : data_(std::move(x)) {}
 
   Kind kind() const { return Kind(data_.index()); }
@@ -83,8 +92,10 @@ class Value {
   at::Tensor& to_tensor() { return std::get<at::Tensor>(data_); }
   const List& to_list() const { return std::get<ListBox>(data_).items; }
   List& to_list() { return std::get<ListBox>(data_).items; }
-  const RRefForkData& to_rref() const { return std::get<RRefForkData>(data_); }
-  RRefForkData& to_rref() { return std::get<RRefForkData>(data_); }
+  const RRefForkData& to_rref() const { return std::get<RRefValue>(data_).data; }
+  RRefForkData& to_rref() { return std::get<RRefValue>(data_).data; }
+  const RRefValue& to_rref_value() const { return std::get<RRefValue>(data_); }
+  RRefValue& to_rref_value() { return std::get<RRefValue>(data_); }
   const ExternalTensor& to_external() const { return std::get<ExternalTensor>(data_); }
 
   /// Short name of the held kind, as error messages show it.
@@ -97,6 +108,23 @@ class Value {
   /// A copy whose tensors own fresh storage: what a call to the same worker
   /// gets, so that a value passed "by copy" stays a copy without serializing.
   Value deep_copy() const;
+
+  /// Visits every RRef (also inside lists).
+  template <class F>
+  void for_each_rref(F&& f) {
+    if (is_rref()) {
+      f(to_rref_value());
+    } else if (is_list()) {
+      for (auto& x : to_list()) x.for_each_rref(f);
+    }
+  }
+  bool contains_rref() const {
+    if (is_rref()) return true;
+    if (is_list())
+      for (const auto& x : to_list())
+        if (x.contains_rref()) return true;
+    return false;
+  }
 
   /// Visits every tensor (also inside lists), e.g. to attach autograd functions.
   template <class F>
@@ -113,7 +141,7 @@ class Value {
     List items;
   };
   std::variant<std::monostate, bool, int64_t, double, std::string, at::Tensor, ListBox,
-               RRefForkData, ExternalTensor>
+               RRefValue, ExternalTensor>
       data_;
 };
 

@@ -25,14 +25,39 @@ struct TypeMismatch {
   std::string path;
 };
 
+/// The primary template marks a type castor cannot pass by value; using it
+/// as an argument or result fails to compile with the explanation below. Such
+/// a type can still live on a worker as a remote object (CASTOR_CLASS).
 template <class T, class Enable = void>
 struct ValueTraits {
-  static_assert(sizeof(T) == 0,
-                "castor cannot pass this type: use torch::Tensor, bool, an integer type, "
-                "float/double, std::string, std::vector<T>, std::optional<T>, std::tuple<...>, "
-                "castor::RRef<T>, or specialize castor::ValueTraits<T> with to_value, from_value "
-                "and name");
+  static constexpr bool unsupported = true;
+  template <class U>
+  static Value to_value(U&&) {
+    static_assert(sizeof(U) == 0,
+                  "castor cannot pass this type: use torch::Tensor, bool, an integer type, "
+                  "float/double, std::string, std::vector<T>, std::optional<T>, std::tuple<...>, "
+                  "castor::RRef<T>, or specialize castor::ValueTraits<T> with to_value, from_value "
+                  "and name");
+    return {};
+  }
+  template <class U = T>
+  static U from_value(Value&&) {
+    static_assert(sizeof(U) == 0,
+                  "castor cannot receive this type: see ValueTraits<T>::to_value for what it can");
+  }
+  template <class U = T>
+  static std::string name() {
+    static_assert(sizeof(U) == 0, "castor cannot pass this type by value (see ValueTraits)");
+    return {};
+  }
 };
+
+/// Whether T travels by value (has ValueTraits) rather than staying on its
+/// worker as a remote object.
+template <class T, class = void>
+struct is_wire_type : std::true_type {};
+template <class T>
+struct is_wire_type<T, std::void_t<decltype(ValueTraits<T>::unsupported)>> : std::false_type {};
 
 namespace detail {
 [[noreturn]] inline void mismatch(const std::string& expected, const Value& v) {

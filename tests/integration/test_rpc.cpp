@@ -154,7 +154,7 @@ TEST_CASE("errors name the worker and the cause") {
   CHECK(f.error()->worker() == "worker1");
 }
 
-TEST_CASE("a call past its timeout fails naming function, worker and limit; the late reply is dropped") {
+TEST_CASE("a call past its timeout fails naming function, worker and limit -- the late reply is dropped") {
   LocalWorld world(2);
   auto start = std::chrono::steady_clock::now();
   auto msg = error_of<TimeoutError>(
@@ -173,7 +173,7 @@ TEST_CASE("a call past its timeout fails naming function, worker and limit; the 
                  "timed out after 150 ms"));
 }
 
-TEST_CASE("functions returning a Future run asynchronously; their errors travel") {
+TEST_CASE("functions returning a Future run asynchronously -- their errors travel") {
   LocalWorld world(2);
   CHECK(world[0].rpc_sync<int64_t>("worker1", "async_add_remote", "worker0", 2, 3) == 50);
   CHECK(world[0].rpc_sync<int64_t>("worker1", "delayed_value", 50, 7) == 7);
@@ -186,7 +186,7 @@ TEST_CASE("functions returning a Future run asynchronously; their errors travel"
   CHECK(vals[63] == 63);
 }
 
-TEST_CASE("blocked executor threads do not count against the pool; past the bound calls fail clearly") {
+TEST_CASE("blocked executor threads do not count against the pool -- past the bound calls fail clearly") {
   LocalWorld world(2, [](WorkerOptions& o) {
     o.num_worker_threads = 1;
     o.max_worker_threads = 6;
@@ -308,7 +308,7 @@ TEST_CASE("options come from MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE when 
   CHECK(contains(bad, "world_size is not set"));
 }
 
-TEST_CASE("a peer process killed mid-call fails the call within 5 s; new calls fail at once") {
+TEST_CASE("a peer process killed mid-call fails the call within 5 s -- new calls fail at once") {
   auto port = test::free_port();
   test::ChildWorker child(1, 2, port);
   auto w0 = init_rpc(test::local_options(0, 2, port));

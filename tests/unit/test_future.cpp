@@ -10,7 +10,7 @@
 using namespace castor;
 using std::chrono::milliseconds;
 
-TEST_CASE("a promise completes its futures once; later completions are refused") {
+TEST_CASE("a promise completes its futures once -- later completions are refused") {
   Promise<int64_t> p;
   auto f = p.future();
   auto g = p.future();  // the same shared state

@@ -72,7 +72,7 @@ TEST_CASE("non-contiguous tensors and views send only the view's elements") {
   CHECK(at::equal(roundtrip(Value(rows)).to_tensor(), rows));
 }
 
-TEST_CASE("requires_grad travels; the received tensor is a fresh leaf") {
+TEST_CASE("requires_grad travels -- the received tensor is a fresh leaf") {
   auto w = at::ones({2, 2}).set_requires_grad(true);
   auto y = w * 2;  // non-leaf
   auto back = roundtrip(Value(y)).to_tensor();

@@ -1,0 +1,150 @@
+// CASTOR_CLASS: classes whose objects live on a worker behind an RRef
+// (remote objects). Constructors and methods are registered with their
+// argument types; calls are checked like functions' (actors/registry.hpp).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <typeindex>
+#include <utility>
+#include <vector>
+
+#include "actors/registry.hpp"
+
+namespace castor::detail {
+
+using ObjectPtr = std::shared_ptr<void>;
+
+struct MethodEntry {
+  std::string name;
+  std::vector<ParamInfo> params;
+  std::string result;
+  bool returns_future = false;
+  // Runs the method on `object` (a T*); same rules as Invoker.
+  std::function<void(void* object, std::vector<Value>&& args, Completion done)> invoke;
+};
+
+struct ConstructorEntry {
+  std::vector<ParamInfo> params;
+  std::function<ObjectPtr(std::vector<Value>&& args)> make;  // throws CallFailure
+};
+
+struct ClassEntry {
+  std::string name;
+  std::vector<ConstructorEntry> constructors;
+  std::map<std::string, MethodEntry> methods;
+  bool concurrent = false;  // opted in: calls on one object may overlap
+
+  const MethodEntry* method(const std::string& m) const {
+    auto it = methods.find(m);
+    return it == methods.end() ? nullptr : &it->second;
+  }
+  /// Constructs from `args`, choosing the constructor by arity. Throws CallFailure.
+  ObjectPtr construct(std::vector<Value>&& args) const;
+  std::vector<std::string> signatures() const;
+};
+
+class ClassRegistry {
+ public:
+  static ClassRegistry& instance();
+  ClassEntry& entry(const std::string& name, std::type_index type);
+  const ClassEntry* find(const std::string& name) const;
+  /// The registered name of a C++ class, or "" if it was not registered.
+  std::string name_of(std::type_index type) const;
+
+ private:
+  std::map<std::string, ClassEntry> classes_;
+  std::map<std::type_index, std::string> names_;
+};
+
+template <class T, class... A, size_t... I>
+ObjectPtr construct_from(std::vector<Value>&& args, const std::string& cls, std::index_sequence<I...>) {
+  std::tuple<std::decay_t<A>...> converted{convert_argument<A>(std::move(args[I]), I, cls)...};
+  return std::make_shared<T>(std::move(std::get<I>(converted))...);
+}
+
+template <class T, class M, class R, class... A, size_t... I>
+MethodEntry make_method_entry(std::string cls, std::string name, M m, type_list<A...>, std::index_sequence<I...>) {
+  MethodEntry e;
+  e.name = name;
+  e.params = params_of(type_list<A...>{});
+  e.returns_future = is_future<R>::value;
+  if constexpr (is_future<R>::value) {
+    using V = typename R::value_type;
+    if constexpr (std::is_void<V>::value)
+      e.result = "Future<None>";
+    else
+      e.result = "Future<" + ValueTraits<V>::name() + ">";
+  } else if constexpr (std::is_void<R>::value) {
+    e.result = "None";
+  } else {
+    e.result = ValueTraits<std::decay_t<R>>::name();
+  }
+  auto what = "method '" + cls + "." + name + "'";
+  auto params = e.params;
+  e.invoke = [m, what, params](void* object, std::vector<Value>&& args, Completion done) {
+    if (args.size() != sizeof...(A)) throw CallFailure{ErrorKind::Type, arity_message(what, params, args.size())};
+    std::tuple<std::decay_t<A>...> converted{convert_argument<A>(std::move(args[I]), I, what)...};
+    auto* self = static_cast<T*>(object);
+    deliver_result<R>([&]() -> R { return (self->*m)(std::move(std::get<I>(converted))...); }, done);
+  };
+  return e;
+}
+
+/// What CASTOR_CLASS(T) starts: `.constructor<Args...>()`, `.method(name, &T::m)`,
+/// `.concurrent()`; each returns the builder, so the calls chain.
+template <class T>
+class ClassBuilder {
+ public:
+  static ClassBuilder& create(const char* name) {
+    static ClassBuilder builder(name);  // one per class
+    return builder;
+  }
+
+  template <class... Args>
+  ClassBuilder& constructor() {
+    ConstructorEntry c;
+    c.params = params_of(type_list<Args...>{});
+    auto cls = entry_->name;
+    c.make = [cls](std::vector<Value>&& args) {
+      return construct_from<T, Args...>(std::move(args), "constructor of " + cls, std::index_sequence_for<Args...>{});
+    };
+    entry_->constructors.push_back(std::move(c));
+    return *this;
+  }
+
+  template <class M>
+  ClassBuilder& method(const char* name, M m) {
+    static_assert(std::is_member_function_pointer<M>::value,
+                  "CASTOR_CLASS(...).method(name, &Class::member) takes a pointer to a member function");
+    using traits = function_traits<M>;
+    using Args = typename traits::args;
+    auto e = make_method_entry<T, M, typename traits::result>(entry_->name, name, m, Args{},
+                                                              std::make_index_sequence<Args::size>{});
+    if (!entry_->methods.emplace(name, std::move(e)).second)
+      FunctionRegistry::instance().add_problem("method '" + entry_->name + "." + name + "' is registered twice");
+    return *this;
+  }
+
+  /// Lets calls on one object run at the same time (the class synchronizes itself).
+  ClassBuilder& concurrent(bool yes = true) {
+    entry_->concurrent = yes;
+    return *this;
+  }
+
+ private:
+  explicit ClassBuilder(const char* name) : entry_(&ClassRegistry::instance().entry(name, typeid(T))) {}
+  ClassEntry* entry_;
+};
+
+}  // namespace castor::detail
+
+/// Registers class `T` for remote objects:
+///   CASTOR_CLASS(ParameterServer).constructor<int64_t>().method("get", &ParameterServer::get);
+/// Use at namespace scope. Objects are held by shared_ptr: T need not be copyable or movable.
+#define CASTOR_CLASS(T)                                                                        \
+  [[maybe_unused]] static ::castor::detail::ClassBuilder<T>& CASTOR_DETAIL_CONCAT(castor_class_, \
+                                                                                 __LINE__) =   \
+      ::castor::detail::ClassBuilder<T>::create(#T)

@@ -1,0 +1,69 @@
+// Holder: a set-once slot with waiters.
+#include "rref/holder.hpp"
+
+#include "actors/future.hpp"
+
+namespace castor::detail {
+
+template <class F>
+void Holder::set(F&& assign) {
+  std::vector<std::function<void()>> run;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    if (set_) return;
+    assign();
+    set_ = true;
+    run.swap(waiters_);
+  }
+  cv_.notify_all();
+  for (auto& f : run) f();
+}
+
+void Holder::set_value(Value v) {
+  set([&] { value_ = std::move(v); });
+}
+
+void Holder::set_object(ObjectPtr object, const ClassEntry* cls) {
+  set([&] {
+    object_ = std::move(object);
+    cls_ = cls;
+  });
+}
+
+void Holder::set_error(ErrorInfo e) {
+  set([&] { error_ = std::move(e); });
+}
+
+bool Holder::is_set() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return set_;
+}
+
+bool Holder::wait(std::optional<std::chrono::milliseconds> timeout) const {
+  std::unique_lock<std::mutex> lock(mtx_);
+  if (set_) return true;
+  WaitGuard guard;
+  if (!timeout) {
+    cv_.wait(lock, [&] { return set_; });
+    return true;
+  }
+  return cv_.wait_for(lock, *timeout, [&] { return set_; });
+}
+
+void Holder::on_set(std::function<void()> f) {
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    if (!set_) {
+      waiters_.push_back(std::move(f));
+      return;
+    }
+  }
+  f();
+}
+
+std::optional<ErrorInfo> Holder::error() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return error_;
+}
+
+}  // namespace castor::detail

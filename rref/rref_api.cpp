@@ -1,0 +1,184 @@
+// remote(), make_rref(), to_here(), method calls: requests built for the
+// worker runtime, and the owner-side shortcuts.
+#include "rref/rref_api.hpp"
+
+#include <cxxabi.h>
+
+#include <future>
+
+#include "actors/runtime.hpp"
+#include "actors/worker.hpp"
+#include "rref/rref_context.hpp"
+
+namespace castor::detail {
+namespace {
+
+std::shared_ptr<Runtime> runtime_of(const RRefStatePtr& s) {
+  auto rt = s->rt.lock();
+  if (!rt || rt->state.load() == RunState::stopped)
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, "",
+                                  "RRef " + to_string(s->id) + ": its worker is shut down"});
+  return rt;
+}
+
+void check_usable(const RRefStatePtr& s) {
+  if (s->released.load())
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, s->owner_name,
+                                  "RRef " + to_string(s->id) + " was released by this worker's shutdown"});
+  if (s->creation_error) throw_rpc_error(*s->creation_error);
+}
+
+}  // namespace
+
+std::string class_name_of(const std::type_info& type) {
+  auto name = ClassRegistry::instance().name_of(type);
+  if (!name.empty()) return name;
+  int status = 0;
+  char* d = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string out = status == 0 && d ? d : type.name();
+  std::free(d);
+  return out;
+}
+
+RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::string& fn, std::vector<Value> args,
+                          std::optional<std::chrono::milliseconds> timeout, std::string type_name) {
+  auto& rt = w.runtime();
+  auto& rr = rref_runtime(rt);
+  auto owner = w.rank_of(to);
+  CallRequest req;
+  req.function = fn;
+  rr.convert_arguments(req, args);
+  req.args = std::move(args);
+  auto id = rr.rref_ids.next();
+  RRefStatePtr state;
+  if (owner == rt.rank) {
+    // remote() to ourselves: we own the result; the handle is an owner's.
+    auto holder = std::make_shared<Holder>();
+    rr.register_owner(id, holder);
+    state = rr.new_owner_state(id, holder, type_name);
+    req.result_to = RRefForkData{owner, id, ForkId{}, rt.rank, type_name};
+  } else {
+    auto fork = rr.fork_ids.next();
+    state = rr.new_user_state(id, owner, fork, type_name);
+    req.result_to = RRefForkData{owner, id, fork, rt.rank, type_name};
+  }
+  std::weak_ptr<RRefState> weak = state;
+  w.call_request(owner, std::move(req), timeout, [weak](Outcome o) {
+    auto s = weak.lock();
+    if (!s) return;
+    if (o.ok)
+      s->confirmed = true;  // the owner counted our fork with the creating call
+    else
+      s->creation_error = o.error;
+  });
+  return state;
+}
+
+RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& method, std::vector<Value> args,
+                                 std::optional<std::chrono::milliseconds> timeout, std::string type_name) {
+  check_usable(target);
+  auto rt = runtime_of(target);
+  auto& rr = rref_runtime(*rt);
+  CallRequest req;
+  req.function = method;
+  req.kind = CallKind::method;
+  req.target = target->id;
+  req.args = std::move(args);
+  auto id = rr.rref_ids.next();
+  auto owner = target->owner;
+  RRefStatePtr state;
+  if (owner == rt->rank) {
+    auto holder = std::make_shared<Holder>();
+    rr.register_owner(id, holder);
+    state = rr.new_owner_state(id, holder, type_name);
+    req.result_to = RRefForkData{owner, id, ForkId{}, rt->rank, type_name};
+  } else {
+    auto fork = rr.fork_ids.next();
+    state = rr.new_user_state(id, owner, fork, type_name);
+    req.result_to = RRefForkData{owner, id, fork, rt->rank, type_name};
+  }
+  std::weak_ptr<RRefState> weak = state;
+  rt->view->call_request(owner, std::move(req), timeout, [weak](Outcome o) {
+    if (auto s = weak.lock()) {
+      if (o.ok)
+        s->confirmed = true;
+      else
+        s->creation_error = o.error;
+    }
+  });
+  return state;
+}
+
+RRefStatePtr make_owned_value(const Worker& w, Value v, std::string type_name) {
+  auto& rr = rref_runtime(w.runtime());
+  auto holder = std::make_shared<Holder>();
+  holder->set_value(std::move(v));
+  auto id = rr.rref_ids.next();
+  rr.register_owner(id, holder);
+  return rr.new_owner_state(id, holder, std::move(type_name));
+}
+
+Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds> timeout) {
+  check_usable(s);
+  auto rt = runtime_of(s);
+  auto limit = timeout.value_or(rt->opts.rpc_timeout);
+  if (s->is_owner()) {
+    if (!s->holder->wait(limit))
+      throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name,
+                                   "to_here on RRef " + to_string(s->id) + " timed out after " +
+                                       std::to_string(limit.count()) + " ms waiting for its value"});
+    if (auto err = s->holder->error()) throw_rpc_error(*err);
+    if (s->holder->holds_object())
+      throw TypeError(ErrorInfo{ErrorKind::Type, rt->name, "to_here on an RRef to an object: call its methods"});
+    return s->holder->value().deep_copy();
+  }
+  CallRequest req;
+  req.function = "to_here";
+  req.kind = CallKind::fetch;
+  req.target = s->id;
+  Promise<Value> p;
+  rt->view->call_request(s->owner, std::move(req), limit, [p](Outcome o) {
+    if (o.ok)
+      p.try_set_value(std::move(o.value));
+    else
+      p.try_set_error(std::move(o.error));
+  });
+  return p.future().wait();
+}
+
+void call_method(const RRefStatePtr& s, const std::string& method, std::vector<Value> args,
+                 std::optional<std::chrono::milliseconds> timeout, Completion done) {
+  try {
+    check_usable(s);
+    auto rt = runtime_of(s);
+    CallRequest req;
+    req.function = method;
+    req.kind = CallKind::method;
+    req.target = s->id;
+    req.args = std::move(args);
+    rt->view->call_request(s->owner, std::move(req), timeout, std::move(done));
+  } catch (const RpcError& e) {
+    done(Outcome::failure(e.info()));
+  }
+}
+
+const Holder& owned_holder(const RRefStatePtr& s) {
+  if (!s->is_owner())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, s->owner_name,
+                                "local_value(): RRef " + to_string(s->id) + " is owned by worker " + s->owner_name +
+                                    ", not by this worker; use to_here() to fetch a copy"});
+  check_usable(s);
+  auto rt = runtime_of(s);
+  if (!s->holder->wait(rt->opts.rpc_timeout))
+    throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name, "local_value(): the value was not created in time"});
+  if (auto err = s->holder->error()) throw_rpc_error(*err);
+  return *s->holder;
+}
+
+CallbackRunner runner_of(const RRefStatePtr& s) {
+  if (auto rt = s->rt.lock())
+    if (rt->executor) return rt->callback_runner();
+  return {};
+}
+
+}  // namespace castor::detail

@@ -1,0 +1,39 @@
+// RRefState: one worker's local state of an RRef, shared by every copy of the
+// RRef<T> handles there. Its end releases this worker's reference: a user
+// sends its fork's delete to the owner (G1), an owner drops a local reference.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "messages/ids.hpp"
+#include "rref/holder.hpp"
+
+namespace castor::detail {
+
+class Runtime;
+
+struct RRefState {
+  RRefId id;
+  WorkerId owner = -1;
+  std::string owner_name;
+  std::string type_name;
+  ForkId fork;                     // users: this worker's fork of the value
+  std::shared_ptr<Holder> holder;  // owners: the value itself
+  std::atomic<bool> confirmed{false};  // the owner knows this fork (owners: always)
+  std::atomic<bool> released{false};   // shutdown released it already; the end sends nothing
+  std::weak_ptr<Runtime> rt;
+  std::optional<ErrorInfo> creation_error;  // remote() could not reach the owner
+
+  bool is_owner() const { return holder != nullptr; }
+  ~RRefState();
+};
+
+using RRefStatePtr = std::shared_ptr<RRefState>;
+
+/// The local state behind a Value's RRef, or nullptr for a bare fork.
+inline RRefStatePtr state_of(const RRefValue& v) { return std::static_pointer_cast<RRefState>(v.handle); }
+
+}  // namespace castor::detail
