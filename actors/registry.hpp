@@ -96,13 +96,14 @@ ParamInfo param_info() {
   return ParamInfo{ValueTraits<std::decay_t<T>>::name(), is_rref_param<std::decay_t<T>>::value};
 }
 
+/// Converts argument `index` of `what` ("function 'f'", "method 'C.m'").
 template <class T>
-std::decay_t<T> convert_argument(Value&& v, size_t index, const std::string& fn) {
+std::decay_t<T> convert_argument(Value&& v, size_t index, const std::string& what) {
   try {
     return ValueTraits<std::decay_t<T>>::from_value(std::move(v));
   } catch (const TypeMismatch& m) {
-    throw CallFailure{ErrorKind::Type, "function '" + fn + "' argument " + std::to_string(index + 1) + m.path +
-                                           ": expected " + m.expected + ", got " + m.given};
+    throw CallFailure{ErrorKind::Type, what + " argument " + std::to_string(index + 1) + m.path + ": expected " +
+                                           m.expected + ", got " + m.given};
   }
 }
 
@@ -138,10 +139,10 @@ std::vector<ParamInfo> params_of(type_list<A...>) {
 template <class F, class R, class... A, size_t... I>
 Invoker make_invoker_impl(std::string name, F f, type_list<A...>, std::index_sequence<I...>) {
   auto params = params_of(type_list<A...>{});
-  return [name = std::move(name), f = std::move(f), params](std::vector<Value>&& args, Completion done) mutable {
-    if (args.size() != sizeof...(A))
-      throw CallFailure{ErrorKind::Type, arity_message("function '" + name + "'", params, args.size())};
-    std::tuple<std::decay_t<A>...> converted{convert_argument<A>(std::move(args[I]), I, name)...};
+  auto what = "function '" + name + "'";
+  return [what, f = std::move(f), params](std::vector<Value>&& args, Completion done) mutable {
+    if (args.size() != sizeof...(A)) throw CallFailure{ErrorKind::Type, arity_message(what, params, args.size())};
+    std::tuple<std::decay_t<A>...> converted{convert_argument<A>(std::move(args[I]), I, what)...};
     deliver_result<R>([&]() -> R { return f(std::move(std::get<I>(converted))...); }, done);
   };
 }

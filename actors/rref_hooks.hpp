@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,10 @@ class RRefHooks {
   /// Caller side: a T passed where `fn` takes RRef<T> becomes an RRef owned
   /// by the caller (the RFC's argument conversion).
   virtual void convert_arguments(const CallRequest& req, std::vector<Value>& args) = 0;
+
+  /// Why `args` cannot be sent by this worker (an RRef of another worker of
+  /// this process), or nothing.
+  virtual std::optional<std::string> foreign_rref(const std::vector<Value>& args) const = 0;
 
   /// Callee side: whether a request involves RRefs (a target, RRef
   /// arguments, a remote() result), and then its handling.

@@ -130,6 +130,8 @@ void Worker::call_request(WorkerId to, CallRequest req, std::optional<std::chron
     if (auto why = wire::unsendable_reason(req.args[i]))
       return fail(ErrorKind::Type, rt.name,
                   "argument " + std::to_string(i + 1) + " of '" + req.function + "' cannot be sent: " + *why);
+  if (rt.rrefs)
+    if (auto why = rt.rrefs->foreign_rref(req.args)) return fail(ErrorKind::Type, rt.name, *why);
   req.id = rt.call_ids.next();
   req.caller = rt.rank;
   rt.start_call(to, std::move(req), timeout.value_or(rt.opts.rpc_timeout), std::move(done));

@@ -17,6 +17,7 @@ namespace castor::bench {
 enum class Better { lower, higher };
 
 struct Figure {
+  Figure(std::string n, double c, Better b = Better::lower) : name(std::move(n)), castor(c), better(b) {}
   std::string name;  // unit in the name: _us, _ms, _per_s, _bytes, _MiB
   double castor = 0;
   std::optional<double> pytorch;

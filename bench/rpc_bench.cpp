@@ -25,7 +25,7 @@ std::vector<Figure> bench_rpc(const Options& opts) {
     caf::scoped_actor self{*rt.system};
     auto peer = rt.peer_handles[1];
     int64_t round = 0;
-    out.push_back({"caf_request_response_us", median_us(3000 * r, [&] {
+    out.push_back(Figure{"caf_request_response_us", median_us(3000 * r, [&] {
                      self->request(peer, std::chrono::seconds(10), probe_atom::value, ++round)
                          .receive([](TerminationReport&) {}, [](caf::error&) {});
                    }, 200)});
@@ -40,7 +40,7 @@ std::vector<Figure> bench_rpc(const Options& opts) {
     wait_all(fs);
     rates.push_back(n / std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count());
   }
-  out.push_back({"rpc_async_calls_per_s", median(rates), std::nullopt, Better::higher});
+  out.push_back({"rpc_async_calls_per_s", median(rates), Better::higher});
   for (auto [mib, n] : {std::pair<int, int>{1, 50}, std::pair<int, int>{64, 7}}) {
     auto big = at::rand({int64_t(mib) * 1024 * 1024 / 4});
     out.push_back({"echo_" + std::to_string(mib) + "MiB_ms",

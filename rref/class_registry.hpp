@@ -109,7 +109,7 @@ class ClassBuilder {
     c.params = params_of(type_list<Args...>{});
     auto cls = entry_->name;
     c.make = [cls](std::vector<Value>&& args) {
-      return construct_from<T, Args...>(std::move(args), "constructor of " + cls, std::index_sequence_for<Args...>{});
+      return construct_from<T, Args...>(std::move(args), "constructor of class '" + cls + "'", std::index_sequence_for<Args...>{});
     };
     entry_->constructors.push_back(std::move(c));
     return *this;

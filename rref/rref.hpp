@@ -35,7 +35,7 @@ class RRef {
   /// The value, fetched from the owner now (no cache). Objects stay on their
   /// owner: call their methods instead.
   T to_here(Timeout timeout = {}) const {
-    static_assert(detail::is_wire_type<T>::value,
+    static_assert(is_wire_type<T>::value,
                   "to_here() copies a value to the caller; an object of a registered class stays on its owner: "
                   "use rref.rpc_sync<R>(\"method\", ...) or local_value() on the owner");
     auto v = detail::fetch_value(state(), limit(timeout));
@@ -51,7 +51,7 @@ class RRef {
   /// registered classes; for values, the value, sharing tensor storage).
   decltype(auto) local_value() const {
     const auto& holder = detail::owned_holder(state());
-    if constexpr (detail::is_wire_type<T>::value) {
+    if constexpr (is_wire_type<T>::value) {
       return ValueTraits<T>::from_value(Value(holder.value()));
     } else {
       return static_cast<T&>(*static_cast<T*>(holder.object().get()));
@@ -134,7 +134,7 @@ RRef<T> Worker::remote(const std::string& to, const std::string& fn, Args&&... a
 template <class T>
 RRef<std::decay_t<T>> Worker::make_rref(T&& value) const {
   using V = std::decay_t<T>;
-  static_assert(detail::is_wire_type<V>::value,
+  static_assert(is_wire_type<V>::value,
                 "make_rref takes a value castor can pass (Tensor, numbers, strings, lists...); "
                 "construct objects of registered classes with remote<T>(worker, \"T\", ...)");
   return RRef<V>(detail::make_owned_value(*this, ValueTraits<V>::to_value(std::forward<T>(value)),

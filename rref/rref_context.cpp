@@ -18,7 +18,7 @@ namespace castor::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kRetryFirst = std::chrono::milliseconds(100);
+constexpr auto kRetryFirst = std::chrono::milliseconds(50);
 constexpr auto kRetryMax = std::chrono::milliseconds(2000);
 constexpr auto kRetryTick = std::chrono::milliseconds(25);
 
@@ -558,6 +558,17 @@ void RRefRuntime::convert_arguments(const CallRequest& req, std::vector<Value>& 
     auto state = new_owner_state(id, holder, type);
     args[i] = Value(RRefValue{RRefForkData{rt_.rank, id, ForkId{}, -1, type}, state});
   }
+}
+
+std::optional<std::string> RRefRuntime::foreign_rref(const std::vector<Value>& args) const {
+  std::optional<std::string> why;
+  for (auto a : args)  // a copy: for_each_rref visits mutable values
+    a.for_each_rref([&](RRefValue& rv) {
+      auto s = state_of(rv);
+      if (!why && s && s->rt.lock().get() != &rt_)
+        why = "RRef " + to_string(s->id) + " belongs to another worker of this process, not to " + rt_.name;
+    });
+  return why;
 }
 
 bool RRefRuntime::wants(const CallRequest& req) const {

@@ -136,6 +136,7 @@ class RRefRuntime : public RRefHooks {
   void fork_for(Value& v, WorkerId to) override;
   void convert_arguments(const CallRequest& req, std::vector<Value>& args) override;
   bool wants(const CallRequest& req) const override;
+  std::optional<std::string> foreign_rref(const std::vector<Value>& args) const override;
   void handle_request(CallRequest&& req, caf::strong_actor_ptr reply_to) override;
   void handle_control(RRefControl&& msg) override;
   void handle_ack(RRefControlAck&& ack) override;

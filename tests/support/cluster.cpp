@@ -58,6 +58,8 @@ LocalWorld::LocalWorld(int n, std::function<void(WorkerOptions&)> tweak) : port_
 }
 
 void LocalWorld::shutdown_all() {
+  bool was_running = false;
+  for (auto& w : workers_) was_running = was_running || !w.is_shut_down();
   std::vector<std::future<void>> stopping;
   for (auto& w : workers_)
     if (!w.is_shut_down()) stopping.push_back(std::async(std::launch::async, [&w] { w.shutdown(); }));
@@ -68,6 +70,16 @@ void LocalWorld::shutdown_all() {
     }
     f.get();
   }
+  // Leak check after every test: graceful shutdown leaves no owned value.
+  if (was_running)
+    for (auto& w : workers_) {
+      auto info = w.rref_debug_info();
+      if (info["num_owner_rrefs"] != 0 || info["num_forks"] != 0) {
+        std::fprintf(stderr, "LEAK: %s still owns %lld RRefs (%lld forks) after shutdown\n", w.name().c_str(),
+                     (long long)info["num_owner_rrefs"], (long long)info["num_forks"]);
+        leaked_ = true;
+      }
+    }
 }
 
 LocalWorld::~LocalWorld() {

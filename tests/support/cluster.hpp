@@ -44,10 +44,13 @@ class LocalWorld {
   Worker& operator[](size_t i) { return workers_[i]; }
   size_t size() const { return workers_.size(); }
   uint16_t master_port() const { return port_; }
-  /// Graceful shutdown of every worker at once (bounded).
+  /// Graceful shutdown of every worker at once (bounded); then checks that no
+  /// worker still owns an RRef (see leaked()).
   void shutdown_all();
+  bool leaked() const { return leaked_; }
 
  private:
+  bool leaked_ = false;
   uint16_t port_;
   std::vector<Worker> workers_;
 };

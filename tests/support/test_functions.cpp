@@ -83,3 +83,104 @@ CASTOR_FUNCTION(spawn_background, [](std::string peer, int64_t ms) {
 });
 
 CASTOR_FUNCTION(finished_count, [] { return castor::test::finished_slow_calls.load(); });
+
+// -- RRefs -------------------------------------------------------------------------
+
+#include <map>
+#include <mutex>
+
+#include "rref/rref.hpp"
+
+using castor::RRef;
+
+namespace castor::test {
+std::mutex held_mtx;
+std::map<std::string, RRef<at::Tensor>> held;  // "worker/key" -> an RRef kept between calls
+std::atomic<int> counter_overlap{0};
+}  // namespace castor::test
+
+CASTOR_FUNCTION(rref_sum, [](RRef<at::Tensor> r) { return r.to_here().sum(); });
+CASTOR_FUNCTION(rref_confirmed, [](RRef<at::Tensor> r) { return r.confirmed_by_owner(); });
+CASTOR_FUNCTION(rref_owner, [](RRef<at::Tensor> r) { return r.owner_name(); });
+CASTOR_FUNCTION(rref_is_owner, [](RRef<at::Tensor> r) { return r.is_owner(); });
+CASTOR_FUNCTION(value_sum, [](at::Tensor t) { return t.sum(); });
+CASTOR_FUNCTION(two_values, [](at::Tensor a, at::Tensor b) { return a + b; });
+CASTOR_FUNCTION(local_value_of, [](RRef<at::Tensor> r) { return r.local_value(); });
+
+// Creates an RRef owned by `owner` and returns it: RRef<RRef<Tensor>> with remote().
+CASTOR_FUNCTION(make_remote, [](std::string owner, at::Tensor t) {
+  return current_worker().remote<at::Tensor>(owner, "identity", t);
+});
+// Returns the RRef it got (user shares with owner as return value, when called on the owner).
+CASTOR_FUNCTION(give_back, [](RRef<at::Tensor> r) { return r; });
+// Forwards the RRef along `route`, then fetches it at the end.
+CASTOR_FUNCTION(pass_on, [](std::vector<std::string> route, RRef<at::Tensor> r) -> at::Tensor {
+  if (!r.confirmed_by_owner()) throw std::runtime_error("ran before the owner confirmed the fork");
+  if (route.empty()) return r.to_here();
+  auto next = route.front();
+  route.erase(route.begin());
+  return current_worker().rpc_sync<at::Tensor>(next, "pass_on", route, r);
+});
+CASTOR_FUNCTION(hold, [](std::string key, RRef<at::Tensor> r) {
+  std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+  castor::test::held[current_worker().name() + "/" + key] = r;
+  return r.confirmed_by_owner();
+});
+CASTOR_FUNCTION(drop, [](std::string key) {
+  std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+  return castor::test::held.erase(current_worker().name() + "/" + key) > 0;
+});
+CASTOR_FUNCTION(fetch_held, [](std::string key) {
+  RRef<at::Tensor> r;
+  {
+    std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+    r = castor::test::held.at(current_worker().name() + "/" + key);
+  }
+  return r.to_here();
+});
+// Sends a held RRef to `to`, which holds it under `key`.
+CASTOR_FUNCTION(share_held, [](std::string key, std::string to, std::string new_key) {
+  RRef<at::Tensor> r;
+  {
+    std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+    r = castor::test::held.at(current_worker().name() + "/" + key);
+  }
+  return current_worker().rpc_sync<bool>(to, "hold", new_key, r);
+});
+CASTOR_FUNCTION(rref_debug, [] { return current_worker().rref_debug_info().at("num_owner_rrefs"); });
+CASTOR_FUNCTION(slow_value, [](int64_t ms, at::Tensor t) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return t;
+});
+
+CASTOR_CLASS(Counter)
+    .constructor<int64_t>()
+    .method("add", &Counter::add)
+    .method("get", &Counter::get)
+    .method("slow_add", &Counter::slow_add)
+    .method("overlapped", &Counter::overlapped)
+    .method("wait_for", &Counter::wait_for)
+    .method("later", &Counter::later)
+    .method("as_tensor", &Counter::as_tensor);
+
+CASTOR_CLASS(SharedCounter)
+    .constructor<>()
+    .method("slow_add", &SharedCounter::slow_add)
+    .method("max_in_flight", &SharedCounter::max_in_flight)
+    .concurrent();
+
+// Creates an RRef owned by `owner` from this worker and keeps it under `key`.
+CASTOR_FUNCTION(create_held, [](std::string key, std::string owner, double value) {
+  auto r = current_worker().remote<at::Tensor>(owner, "identity", at::full({1}, value));
+  std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+  castor::test::held[current_worker().name() + "/" + key] = r;
+  return true;
+});
+CASTOR_FUNCTION(held_value, [](std::string key) {
+  RRef<at::Tensor> r;
+  {
+    std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+    r = castor::test::held.at(current_worker().name() + "/" + key);
+  }
+  return r.to_here().item<double>();
+});

@@ -2,8 +2,73 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
+#include <string>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "actors/current_worker.hpp"
+#include "actors/worker.hpp"
 
 namespace castor::test {
 extern std::atomic<int64_t> finished_slow_calls;
+extern std::atomic<int> counter_overlap;
 }
+
+// A remote object: calls run one at a time unless the class says otherwise.
+class Counter {
+ public:
+  explicit Counter(int64_t start) : value_(start) {}
+  int64_t add(int64_t x) { return value_ += x; }
+  int64_t get() const { return value_; }
+  int64_t slow_add(int64_t ms, int64_t x) {
+    if (castor::test::counter_overlap.fetch_add(1) != 0) overlapped_ = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    castor::test::counter_overlap.fetch_sub(1);
+    return value_ += x;
+  }
+  bool overlapped() const { return overlapped_; }
+  // Blocks in a nested call: only this object waits.
+  int64_t wait_for(std::string worker, int64_t ms) {
+    return castor::current_worker().rpc_sync<int64_t>(worker, "sleep_ms", ms);
+  }
+  castor::Future<int64_t> later(int64_t ms) {
+    castor::Promise<int64_t> p;
+    auto v = value_;
+    std::thread([p, ms, v] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      p.set_value(v);
+    }).detach();
+    return p.future();
+  }
+  at::Tensor as_tensor() const { return at::full({1}, double(value_)); }
+
+ private:
+  int64_t value_;
+  bool overlapped_ = false;
+};
+
+// The same, but calls may overlap (it synchronizes itself).
+class SharedCounter {
+ public:
+  SharedCounter() = default;
+  SharedCounter(const SharedCounter&) = delete;  // objects need not be copyable or movable
+  int64_t slow_add(int64_t ms, int64_t x) {
+    int now = ++in_flight_;
+    int seen = max_.load();
+    while (now > seen && !max_.compare_exchange_weak(seen, now)) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    --in_flight_;
+    return total_ += x;
+  }
+  int64_t max_in_flight() const { return max_.load(); }
+
+ private:
+  std::atomic<int> in_flight_{0}, max_{0};
+  std::atomic<int64_t> total_{0};
+};
+
+

@@ -1,0 +1,276 @@
+// RRefs between real workers: remote/to_here, remote objects, argument
+// conversions, every sharing scenario of the protocol, lifetime, failures.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "rref/rref.hpp"
+#include "support/cluster.hpp"
+#include "support/test_functions.hpp"
+
+using namespace castor;
+using castor::test::bounded;
+using castor::test::LocalWorld;
+using std::chrono::milliseconds;
+
+namespace {
+template <class E, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
+  }
+  return "NO EXCEPTION";
+}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Polls `f` until true or `limit` passes.
+template <class F>
+bool eventually(F&& f, milliseconds limit = milliseconds(10000)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return f();
+}
+
+int64_t owners_on(Worker& w) { return w.rref_debug_info().at("num_owner_rrefs"); }
+}  // namespace
+
+TEST_CASE("remote returns at once and to_here fetches the value from the owner") {
+  LocalWorld world(2);
+  auto a = at::ones({3});
+  RRef<at::Tensor> r = world[0].remote<at::Tensor>("worker1", "my_add", a, a);
+  CHECK_FALSE(r.is_owner());
+  CHECK(r.owner_name() == "worker1");
+  CHECK((r.owner() == WorkerInfo{"worker1", 1}));
+  CHECK(at::equal(r.to_here(), at::full({3}, 2.0)));
+  CHECK(eventually([&] { return r.confirmed_by_owner(); }));
+  CHECK(owners_on(world[1]) == 1);
+  // to_here always fetches: a second call gets a fresh copy.
+  auto x = r.to_here();
+  auto y = r.to_here();
+  CHECK(x.data_ptr() != y.data_ptr());
+  // remote to ourselves gives an owner's handle.
+  auto self = world[0].remote<at::Tensor>("worker0", "my_add", a, a);
+  CHECK(self.is_owner());
+  CHECK(at::equal(self.to_here(Timeout{milliseconds(5000)}), at::full({3}, 2.0)));
+  // Builtins work with remote too.
+  auto b = world[0].remote<at::Tensor>("worker1", "aten::mul", a, 3.0);
+  CHECK(at::equal(b.to_here(), at::full({3}, 3.0)));
+}
+
+TEST_CASE("make_rref and local_value: the stored object itself, on the owner only") {
+  LocalWorld world(2);
+  auto t = at::arange(4, at::kFloat);
+  auto r = world[0].make_rref(t);
+  CHECK(r.is_owner());
+  CHECK(r.confirmed_by_owner());
+  CHECK(r.local_value().data_ptr() == t.data_ptr());
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "rref_sum", r), t.sum()));
+  auto remote = world[0].remote<at::Tensor>("worker1", "identity", t);
+  auto msg = error_of<LookupError>([&] { remote.local_value(); });
+  CHECK(contains(msg, "is owned by worker worker1, not by this worker"));
+  // On the owner, a function sees the very tensor the RRef holds.
+  auto back = world[0].rpc_sync<at::Tensor>("worker0", "local_value_of", r);
+  CHECK(at::equal(back, t));
+}
+
+TEST_CASE("a to_here that overtakes the remote call waits for the value") {
+  LocalWorld world(2);
+  auto r = world[0].remote<at::Tensor>("worker1", "slow_value", 300, at::ones({2}));
+  auto start = std::chrono::steady_clock::now();
+  CHECK(at::equal(r.to_here(), at::ones({2})));
+  CHECK(std::chrono::steady_clock::now() - start >= milliseconds(250));
+  CHECK(world[1].rref_debug_info().at("num_pending_futures") == 0);
+}
+
+TEST_CASE("an RRef whose creating call failed gives that error on to_here") {
+  LocalWorld world(2);
+  auto r = world[0].remote<int64_t>("worker1", "fail", "no value for you");
+  auto msg = error_of<RemoteError>([&] { r.to_here(); });
+  CHECK(contains(msg, "has no value: the call that was to create it failed"));
+  CHECK(contains(msg, "no value for you"));
+  auto unknown = world[0].remote<int64_t>("worker1", "no_such_function");
+  CHECK(contains(error_of<LookupError>([&] { unknown.to_here(); }), "unknown function 'no_such_function'"));
+}
+
+TEST_CASE("remote objects: constructed on the owner, methods run there one at a time") {
+  LocalWorld world(3);
+  auto c = world[0].remote<Counter>("worker1", "Counter", 5);
+  CHECK(c.rpc_sync<int64_t>("add", 3) == 8);
+  CHECK(c.rpc_async<int64_t>("get").wait() == 8);
+  CHECK(at::equal(c.rpc_sync<at::Tensor>("as_tensor"), at::full({1}, 8.0)));
+  // Concurrent calls from two workers never overlap on one object.
+  std::vector<Future<int64_t>> fs;
+  for (int i = 0; i < 6; ++i) fs.push_back(c.rpc_async<int64_t>("slow_add", 20, 1));
+  auto from2 = world[2].remote<Counter>("worker1", "Counter", 0);  // another object on the same owner
+  CHECK(from2.rpc_sync<int64_t>("add", 2) == 2);
+  for (auto& f : fs) f.wait(milliseconds(20000));
+  CHECK(c.rpc_sync<int64_t>("get") == 14);
+  CHECK_FALSE(c.rpc_sync<bool>("overlapped"));
+  // A method returning a Future releases the object while it waits.
+  auto later = c.rpc_async<int64_t>("later", 300);
+  CHECK(c.rpc_sync<int64_t>("add", 1) == 15);
+  CHECK(later.wait(milliseconds(10000)) >= 14);
+  // A class that opts in to concurrency sees overlapping calls.
+  auto s = world[0].remote<SharedCounter>("worker1", "SharedCounter");
+  std::vector<Future<int64_t>> gs;
+  for (int i = 0; i < 4; ++i) gs.push_back(s.rpc_async<int64_t>("slow_add", 100, 1));
+  for (auto& g : gs) g.wait(milliseconds(20000));
+  CHECK(s.rpc_sync<int64_t>("max_in_flight") > 1);
+  // Errors name the class and method.
+  CHECK(contains(error_of<LookupError>([&] { c.rpc_sync<int64_t>("nope"); }), "class 'Counter' has no method 'nope'"));
+  CHECK(contains(error_of<TypeError>([&] { c.rpc_sync<int64_t>("add", "x"); }),
+                 "method 'Counter.add' argument 1: expected int64, got string"));
+  CHECK(contains(error_of<TypeError>([&] { world[0].remote<Counter>("worker1", "Counter").rpc_sync<int64_t>("get"); }),
+                 "class 'Counter' has no constructor taking 0 arguments"));
+  CHECK(contains(error_of<TypeError>([&] { world[0].rpc_sync<int64_t>("worker1", "Counter", 1); }),
+                 "'Counter' is a class: construct it with remote<Counter>"));
+  // The result of a method can stay on the owner too.
+  auto t = c.remote<at::Tensor>("as_tensor");
+  CHECK(at::equal(t.to_here(), at::full({1}, 15.0)));
+}
+
+TEST_CASE("a method blocked in a nested call does not stall the owner's other objects") {
+  LocalWorld world(3);
+  auto busy = world[0].remote<Counter>("worker1", "Counter", 0);
+  auto free = world[0].remote<Counter>("worker1", "Counter", 7);
+  auto blocked = busy.rpc_async<int64_t>("wait_for", "worker2", 1500);
+  auto start = std::chrono::steady_clock::now();
+  CHECK(free.rpc_sync<int64_t>("add", 1) == 8);
+  CHECK(std::chrono::steady_clock::now() - start < milliseconds(1000));
+  CHECK(blocked.wait(milliseconds(20000)) == 1500);
+}
+
+TEST_CASE("argument conversion: T->T, T->RRef<T>, RRef<T>->T, RRef<T>->RRef<T>") {
+  LocalWorld world(3);
+  auto t = at::full({2}, 3.0);
+  // T -> RRef<T>: the caller makes an RRef it owns and passes a fork.
+  CHECK(world[0].rpc_sync<std::string>("worker1", "rref_owner", t) == "worker0");
+  // RRef<T> -> T, owner is a third worker: it sends the value straight to the callee.
+  auto on2 = world[0].remote<at::Tensor>("worker2", "identity", t);
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "value_sum", on2), t.sum()));
+  // RRef<T> -> T with the callee as owner, and mixed with a plain value.
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker2", "two_values", on2, t), t * 2));
+  // RRef<T> -> RRef<T>: a fork; inside the function it is confirmed by the owner.
+  CHECK(world[0].rpc_sync<bool>("worker1", "rref_confirmed", on2));
+  CHECK(world[0].rpc_sync<std::string>("worker1", "rref_owner", on2) == "worker2");
+  CHECK_FALSE(world[0].rpc_sync<bool>("worker1", "rref_is_owner", on2));
+  CHECK(world[0].rpc_sync<bool>("worker2", "rref_is_owner", on2));
+  // An RRef passed to a builtin is resolved to its value.
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "aten::add", on2, t), t * 2));
+}
+
+TEST_CASE("nested RRef: a function returning RRef<T> called with remote gives RRef<RRef<T>>") {
+  LocalWorld world(3);
+  auto t = at::full({2}, 5.0);
+  RRef<RRef<at::Tensor>> outer = world[0].remote<RRef<at::Tensor>>("worker1", "make_remote", "worker2", t);
+  RRef<at::Tensor> inner = outer.to_here();
+  CHECK(inner.owner_name() == "worker2");
+  CHECK(at::equal(inner.to_here(), t));
+  // rpc_sync of the same function returns the inner RRef directly.
+  auto direct = world[0].rpc_sync<RRef<at::Tensor>>("worker1", "make_remote", "worker2", t);
+  CHECK(at::equal(direct.to_here(), t));
+}
+
+TEST_CASE("the protocol's four sharing scenarios keep the value alive exactly as long as needed") {
+  LocalWorld world(3);
+  auto t = at::full({2}, 1.5);
+  SUBCASE("user shares with owner as return value") {
+    auto r = world[0].remote<at::Tensor>("worker1", "identity", t);
+    auto back = world[0].rpc_sync<RRef<at::Tensor>>("worker1", "give_back", r);
+    CHECK(at::equal(back.to_here(), t));
+    auto mine = world[0].make_rref(t);
+    auto returned = world[0].rpc_sync<RRef<at::Tensor>>("worker1", "give_back", mine);
+    CHECK(returned.is_owner());  // the owner got its own RRef back
+  }
+  SUBCASE("user shares with owner as argument") {
+    auto r = world[0].remote<at::Tensor>("worker1", "identity", t);
+    CHECK(world[0].rpc_sync<bool>("worker1", "rref_is_owner", r));
+  }
+  SUBCASE("owner shares with user") {
+    auto mine = world[0].make_rref(t);
+    CHECK(world[0].rpc_sync<bool>("worker1", "hold", "k", mine));  // confirmed on arrival
+    CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "fetch_held", "k"), t));
+  }
+  SUBCASE("user shares with user: confirmed before the function runs") {
+    auto r = world[0].remote<at::Tensor>("worker2", "identity", t);
+    CHECK(world[0].rpc_sync<bool>("worker1", "hold", "k", r));
+    CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "fetch_held", "k"), t));
+  }
+  world[1].rpc_sync<bool>("worker1", "drop", "k");
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("an RRef passed along a chain of 4 workers and dropped in every order") {
+  LocalWorld world(4);
+  auto t = at::full({3}, 2.0);
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "pass_on", std::vector<std::string>{"worker2", "worker3"},
+                                                world[0].remote<at::Tensor>("worker3", "identity", t)),
+                  t));
+  std::vector<int> order{0, 1, 2, 3};
+  int orders = 0;
+  do {
+    // Owner worker3; the first holder is worker0, which shares along 0 -> 1 -> 2.
+    {
+      auto r = world[0].remote<at::Tensor>("worker3", "identity", t);
+      world[0].rpc_sync<bool>("worker0", "hold", "h", r);  // a call to ourselves: the same handle
+    }
+    CHECK(world[0].rpc_sync<bool>("worker0", "share_held", "h", "worker1", "h"));
+    CHECK(world[1].rpc_sync<bool>("worker1", "share_held", "h", "worker2", "h"));
+    CHECK(world[2].rpc_sync<bool>("worker2", "share_held", "h", "worker3", "h"));  // back to the owner
+    for (size_t i = 0; i < order.size(); ++i) {
+      auto who = "worker" + std::to_string(order[i]);
+      CHECK(world[0].rpc_sync<bool>(who, "drop", "h"));
+      // Whoever still holds it can fetch it: no value is deleted while a fork lives.
+      for (size_t j = i + 1; j < order.size(); ++j)
+        CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker" + std::to_string(order[j]), "fetch_held", "h"), t));
+    }
+    CHECK(eventually([&] { return owners_on(world[3]) == 0; }));
+    ++orders;
+  } while (std::next_permutation(order.begin(), order.end()));
+  CHECK(orders == 24);
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("values are freed when the last fork anywhere is gone, never before") {
+  LocalWorld world(2);
+  {
+    auto r = world[0].remote<at::Tensor>("worker1", "identity", at::ones({2}));
+    CHECK(eventually([&] { return owners_on(world[1]) == 1; }));
+    {
+      auto copy = r;  // copies share this worker's fork
+      CHECK(at::equal(copy.to_here(), at::ones({2})));
+    }
+    CHECK(owners_on(world[1]) == 1);
+  }
+  CHECK(eventually([&] { return owners_on(world[1]) == 0; }));
+  auto local = std::make_unique<RRef<at::Tensor>>(world[1].make_rref(at::ones({1})));
+  CHECK(eventually([&] { return owners_on(world[1]) == 1; }));
+  local.reset();
+  CHECK(eventually([&] { return owners_on(world[1]) == 0; }));
+}
+
+TEST_CASE("graceful shutdown deletes user RRefs still held: no owner is left anywhere") {
+  std::optional<RRef<at::Tensor>> kept;
+  {
+    LocalWorld world(3);
+    kept = world[0].remote<at::Tensor>("worker1", "identity", at::ones({2}));
+    CHECK(world[0].rpc_sync<bool>("worker2", "hold", "kept", *kept));
+    auto obj = world[1].remote<Counter>("worker2", "Counter", 1);
+    world.shutdown_all();
+    CHECK_FALSE(world.leaked());
+    for (size_t i = 0; i < 3; ++i) CHECK(world[i].rref_debug_info().at("num_owner_rrefs") == 0);
+    CHECK(contains(error_of<ShutdownError>([&] { kept->to_here(); }), "released by this worker's shutdown"));
+  }
+}
