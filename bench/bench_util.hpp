@@ -42,6 +42,7 @@ class BenchWorld {
   BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak = {});
   ~BenchWorld();
   Worker& self() { return *worker_; }
+  int peer_pid(int rank) const { return pids_.at(size_t(rank - 1)); }
 
  private:
   std::vector<int> pids_;
