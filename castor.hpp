@@ -12,3 +12,4 @@
 #include "actors/worker_options.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/rref.hpp"
+#include "engine/context.hpp"

@@ -40,6 +40,7 @@ ErrorInfo user_exception(const Runtime& rt, const std::string& fn, std::exceptio
 
 void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Completion reply) {
   auto fn = req.function;
+  ContextScope scope(rt->autograd.get(), req.autograd.context);  // nested calls join the caller's context
   try {
     if (!entry) {
       reply(Outcome::success(call_builtin(fn, std::move(req.args))));
@@ -75,14 +76,20 @@ Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallReq
   bool to_self = req.caller == rt->rank;
   WorkerId caller_rank = req.caller;
   CallId id = req.id;
-  return [rt, caller = std::move(caller), id, to_self, caller_rank](Outcome o) {
+  ContextId ctx = req.autograd.context;
+  return [rt, caller = std::move(caller), id, to_self, caller_rank, ctx](Outcome o) {
     CallReply reply;
     reply.id = id;
     reply.ok = o.ok;
-    if (o.ok)
-      reply.result = to_self ? o.value.deep_copy() : std::move(o.value);
-    else
+    if (o.ok) {
+      if (!to_self)
+        reply.result = std::move(o.value);
+      else
+        reply.result = ctx.valid() ? o.value.clone_with_graph() : o.value.deep_copy();
+      if (ctx.valid() && !to_self && rt->autograd) rt->autograd->on_send(ctx, {&reply.result}, caller_rank, reply.autograd);
+    } else {
       reply.error = std::move(o.error);
+    }
     // Order matters for termination detection: count the reply as sent
     // before this request stops counting as in flight.
     rt->counters.sent.fetch_add(1, std::memory_order_relaxed);
@@ -142,6 +149,11 @@ void handle_request_impl(worker_pointer self, CallRequest&& req) {
           Outcome::failure(make_error(ErrorKind::Internal, rt->name, "worker " + rt->name + ": " + err)));
       return;
     }
+  }
+  if (req.autograd.in_context() && req.caller != rt->rank && rt->autograd) {
+    std::vector<Value*> values;
+    for (auto& a : req.args) values.push_back(&a);
+    rt->autograd->on_receive(req.autograd, values, req.caller);  // the paired RecvRpcBackward
   }
   if (rt->rrefs && rt->rrefs->wants(req)) {
     rt->rrefs->handle_request(std::move(req), self->current_sender());

@@ -52,9 +52,20 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
   if (rrefs)
     for (auto& a : req.args)
       if (a.contains_rref()) rrefs->fork_for(a, to);  // before the request leaves
+  // Inside an autograd context the call records a SendRpcBackward here (a
+  // call to ourselves keeps its tensors in the local graph instead).
+  auto ctx = req.autograd.context.valid() || !autograd ? req.autograd.context : autograd->current_context();
+  if (ctx.valid()) {
+    req.autograd.context = ctx;
+    if (to != rank) {
+      std::vector<Value*> values;
+      for (auto& a : req.args) values.push_back(&a);
+      autograd->on_send(ctx, values, to, req.autograd);
+    }
+  }
   counters.sent.fetch_add(1, std::memory_order_relaxed);
   if (to == rank) {
-    for (auto& a : req.args) a = a.deep_copy();
+    for (auto& a : req.args) a = ctx.valid() ? a.clone_with_graph() : a.deep_copy();
     caf::send_as(actor, actor, std::move(req));
     return;
   }
@@ -74,6 +85,8 @@ void handle_reply_impl(worker_pointer self, CallReply&& reply) {
     auto err = st.chunks.resolve(reply.result);
     if (!err.empty())
       return call->done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name, "reply of a call: " + err)));
+    if (reply.autograd.message.valid() && st.rt->autograd)
+      st.rt->autograd->on_receive(reply.autograd, {&reply.result}, call->to);
     if (st.rt->rrefs && reply.result.contains_rref())
       return st.rt->rrefs->adopt_then(std::move(reply.result), std::move(call->done));  // see Note [RRef protocol]
     call->done(Outcome::success(std::move(reply.result)));

@@ -63,6 +63,7 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
                             "worker " + who + " is unreachable (connection lost while calling '" + c.function + "')");
         });
   if (rt->rrefs) rt->rrefs->on_peer_down(rank);
+  if (rt->autograd) rt->autograd->on_peer_down(rank);
   on_peer_lost_during_shutdown_impl(self, rank);
 }
 

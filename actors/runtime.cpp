@@ -16,6 +16,7 @@ void Runtime::teardown() {
   // actor system (which waits for them), then its config.
   if (executor) executor->stop();
   if (rrefs) rrefs->stop();
+  if (autograd) autograd->stop();
   if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   actor = nullptr;
   system.reset();

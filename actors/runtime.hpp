@@ -14,6 +14,7 @@
 
 #include "actors/executor.hpp"
 #include "actors/pending_calls.hpp"
+#include "actors/autograd_hooks.hpp"
 #include "actors/rref_hooks.hpp"
 #include "actors/worker_actor.hpp"
 #include "actors/worker_options.hpp"
@@ -54,6 +55,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::vector<worker_peer> peer_handles;  // by rank, set when init completes (read-only after)
   std::unique_ptr<Worker> view;  // non-owning Worker, for current_worker()
   std::unique_ptr<RRefHooks> rrefs;             // the rref/ layer (install_layers)
+  std::unique_ptr<AutogradHooks> autograd;      // the engine/ layer (install_layers)
   std::function<bool(const std::string&)> class_known;  // for error messages
 
   // -- shared, thread-safe ----------------------------------------------------

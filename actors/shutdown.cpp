@@ -1,4 +1,7 @@
 // Graceful shutdown: distributed termination detection, coordinated by rank 0.
+#include <cstdio>
+#include <cstdlib>
+
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/runtime.hpp"
@@ -25,7 +28,9 @@ namespace castor::detail {
 //      can balance the sums while another message is still in transit.
 //  S4. Rank 0 then tells every worker (done_atom), waits for their answers,
 //      and finishes itself last, so nobody loses rank 0 while waiting. A
-//      worker that leaves after its answer is no failure.
+//      worker that leaves after its answer is no failure, and a worker that
+//      sees another one leave waits a moment for its own done_atom before
+//      calling that a failure.
 //
 // Counted messages are those that carry work: CallRequest and CallReply
 // (more in later layers). A request counts as received when its handler
@@ -40,6 +45,7 @@ namespace {
 
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 constexpr auto kWavePause = std::chrono::milliseconds(2);
+constexpr auto kLateDone = std::chrono::seconds(3);
 
 bool is_coordinator(worker_pointer self) { return self->state.rt->rank == 0; }
 
@@ -72,6 +78,10 @@ void evaluate_wave(worker_pointer self) {
     idle = idle && r.idle;
   }
   sd.wave_running = false;
+  if (std::getenv("CASTOR_DEBUG_SHUTDOWN"))
+    for (const auto& r : sd.reports)
+      std::fprintf(stderr, "wave %lld rank %d sent %llu received %llu idle %d\n", (long long)r.round, int(r.rank),
+                   (unsigned long long)r.sent, (unsigned long long)r.received, int(r.idle));
   bool balanced = idle && sent == received;
   if (balanced && sd.have_previous && sent == sd.previous_sent && received == sd.previous_received) {
     broadcast_done(self);
@@ -151,7 +161,7 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   // Read `in_flight` and the executor before the counters: a reply counted
   // after these reads shows up as an imbalance or as a change next wave.
   bool idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty() &&
-              (!rt->rrefs || rt->rrefs->idle());
+              (!rt->rrefs || rt->rrefs->idle()) && (!rt->autograd || rt->autograd->idle());
   rep.sent = rt->counters.sent.load();
   rep.received = rt->counters.received.load();
   rep.idle = idle;
@@ -176,6 +186,19 @@ void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error) {
 }
 
 void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
+  // A peer that is not the coordinator may have left because termination
+  // was declared and its done_atom overtook ours: give ours a moment first.
+  if (!is_coordinator(self) && rank != 0) {
+    self->delayed_send(self, kLateDone, stop_atom::value, rank);
+    return;
+  }
+  fail_shutdown_impl(self, rank);
+}
+
+void fail_shutdown_impl(worker_pointer self, WorkerId rank) {
   auto& st = self->state;
   auto* rt = st.rt;
   if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;

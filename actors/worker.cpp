@@ -145,6 +145,11 @@ WorkerId Worker::rank_of(const std::string& name) const {
   throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "' (known: " + known + ")"});
 }
 
+std::map<std::string, int64_t> Worker::autograd_debug_info() const {
+  if (!rt_ || !rt_->autograd) return {};
+  return rt_->autograd->debug_info();
+}
+
 std::map<std::string, int64_t> Worker::rref_debug_info() const {
   if (!rt_ || !rt_->rrefs) return {};
   return rt_->rrefs->debug_info();

@@ -112,6 +112,10 @@ class Worker {
   /// num_unacked_control_messages. Readable after shutdown.
   std::map<std::string, int64_t> rref_debug_info() const;
 
+  /// num_autograd_contexts, num_send_functions, num_recv_functions,
+  /// num_running_graph_tasks. Readable after shutdown.
+  std::map<std::string, int64_t> autograd_debug_info() const;
+
   /// This worker's name and id (rank).
   WorkerInfo get_worker_info() const;
   /// Another worker's, by name or by id; throws LookupError if unknown.

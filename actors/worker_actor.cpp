@@ -47,6 +47,21 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](TensorChunk& chunk) { handle_chunk_impl(self, std::move(chunk)); },
       [self](RRefControl& msg) { self->state.rt->rrefs->handle_control(std::move(msg)); },
       [self](RRefControlAck& ack) { self->state.rt->rrefs->handle_ack(std::move(ack)); },
+      // -- distributed autograd (counted messages, see Note [Graceful shutdown])
+      [self](BackwardGrad& g) {
+        auto* rt = self->state.rt;
+        rt->counters.received.fetch_add(1);
+        auto from = g.from;
+        rt->autograd->handle_grad(std::move(g), from);
+      },
+      [self](BackwardDone& d) {
+        self->state.rt->counters.received.fetch_add(1);
+        self->state.rt->autograd->handle_done(std::move(d));
+      },
+      [self](ContextControl& c) {
+        self->state.rt->counters.received.fetch_add(1);
+        self->state.rt->autograd->handle_control(std::move(c));
+      },
       [self](sweep_atom) { sweep_impl(self); },
       // -- rendezvous (rank 0 serves it through its name store) ---------------
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {
@@ -61,6 +76,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](ShutdownCommand& cmd) { begin_shutdown_impl(self, std::move(cmd)); },
       [self](shutdown_atom, WorkerId rank) { on_shutdown_entered_impl(self, rank); },
       [self](probe_atom) { start_wave_impl(self); },
+      [self](stop_atom, WorkerId rank) { fail_shutdown_impl(self, rank); },
       [self](probe_atom, int64_t round) { return local_report_impl(self, round); },
       [self](done_atom) {
         finish_shutdown_impl(self, std::nullopt);

@@ -52,6 +52,9 @@ using worker_peer = caf::typed_actor<
     caf::reacts_to<TensorChunk>,                                       // part of a large tensor
     caf::reacts_to<RRefControl>,                                       // RRef protocol message
     caf::reacts_to<RRefControlAck>,                                    // ... and its ack
+    caf::reacts_to<BackwardGrad>,                                      // gradients for our send function
+    caf::reacts_to<BackwardDone>,                                      // ... the answer to ours
+    caf::reacts_to<ContextControl>,                                    // autograd context cleanup / abort
     caf::replies_to<join_atom, JoinRequest>::with<JoinReply>,          // rendezvous (rank 0)
     caf::replies_to<info_atom>::with<std::vector<WorkerRecord>>,       // who joined (rank 0)
     caf::reacts_to<shutdown_atom, WorkerId>,                           // a worker entered shutdown (rank 0)
@@ -64,6 +67,7 @@ using worker_actor = worker_peer::extend<
     caf::replies_to<ready_atom>::with<std::vector<worker_peer>>,    // init: every peer, once known
     caf::reacts_to<sweep_atom>,                                     // call deadlines are due
     caf::reacts_to<probe_atom>,                                     // start a termination wave (rank 0)
+    caf::reacts_to<stop_atom, WorkerId>,                            // a peer lost during shutdown: fail now?
     caf::reacts_to<ShutdownCommand>>;
 
 /// The worker actor is a broker: it runs on the middleman's multiplexer

@@ -83,5 +83,6 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round);
 void start_wave_impl(worker_pointer self);
 void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error);
 void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank);
+void fail_shutdown_impl(worker_pointer self, WorkerId lost);
 
 }  // namespace castor::detail

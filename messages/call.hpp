@@ -7,6 +7,7 @@
 
 #include <caf/meta/type_name.hpp>
 
+#include "messages/autograd_proto.hpp"
 #include "messages/error_info.hpp"
 #include "messages/ids.hpp"
 #include "messages/value.hpp"
@@ -31,6 +32,7 @@ struct CallRequest {
   RRefForkData result_to;   // remote(): the result is held by this new OwnerRRef
                             // (its rref id and the creator's fork), and the
                             // reply only acknowledges it
+  AutogradMeta autograd;    // the caller's autograd context, if any
 
   bool is_remote() const { return result_to.rref_id.valid(); }
 
@@ -38,14 +40,15 @@ struct CallRequest {
   friend typename Inspector::result_type inspect(Inspector& f, CallRequest& x) {
     auto kind = uint8_t(x.kind);
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
-      if (auto err = f(x.id, x.caller, wire::checked(x.function), wire::checked(x.args), kind, x.target, x.result_to))
+      if (auto err = f(x.id, x.caller, wire::checked(x.function), wire::checked(x.args), kind, x.target, x.result_to,
+                       x.autograd))
         return err;
       if (kind > uint8_t(CallKind::fetch)) return caf::sec::invalid_argument;
       x.kind = CallKind(kind);
       return caf::none;
     } else {
       return f(caf::meta::type_name("castor::CallRequest"), x.id, x.caller, wire::checked(x.function),
-               wire::checked(x.args), kind, x.target, x.result_to);
+               wire::checked(x.args), kind, x.target, x.result_to, x.autograd);
     }
   }
 };
@@ -55,10 +58,11 @@ struct CallReply {
   bool ok = false;
   Value result;     // when ok
   ErrorInfo error;  // when not ok
+  AutogradMeta autograd;  // set when the result's tensors got a SendRpcBackward
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, CallReply& x) {
-    return f(caf::meta::type_name("castor::CallReply"), x.id, x.ok, x.result, x.error);
+    return f(caf::meta::type_name("castor::CallReply"), x.id, x.ok, x.result, x.error, x.autograd);
   }
 };
 

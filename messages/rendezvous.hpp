@@ -13,7 +13,7 @@
 namespace castor {
 
 /// Bumped whenever a message's wire format changes; joiners must agree.
-inline constexpr uint32_t kWireProtocolVersion = 1;
+inline constexpr uint32_t kWireProtocolVersion = 2;
 
 struct WorkerRecord {
   std::string name;

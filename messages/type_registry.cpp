@@ -3,6 +3,7 @@
 
 #include <caf/actor_system_config.hpp>
 
+#include "messages/autograd_proto.hpp"
 #include "messages/call.hpp"
 #include "messages/chunk.hpp"
 #include "messages/rendezvous.hpp"
@@ -23,6 +24,10 @@ void register_message_types(caf::actor_system_config& cfg) {
   cfg.add_message_type<TerminationReport>("castor::TerminationReport");
   cfg.add_message_type<RRefControl>("castor::RRefControl");
   cfg.add_message_type<RRefControlAck>("castor::RRefControlAck");
+  cfg.add_message_type<AutogradMeta>("castor::AutogradMeta");
+  cfg.add_message_type<BackwardGrad>("castor::BackwardGrad");
+  cfg.add_message_type<BackwardDone>("castor::BackwardDone");
+  cfg.add_message_type<ContextControl>("castor::ContextControl");
 }
 
 }  // namespace castor::detail

@@ -91,4 +91,18 @@ const char* to_string(RRefOp op) {
   return "?";
 }
 
+Value Value::clone_with_graph() const {
+  if (is_tensor()) {
+    const auto& t = to_tensor();
+    return t.defined() ? Value(t.clone()) : *this;
+  }
+  if (is_list()) {
+    List out;
+    out.reserve(to_list().size());
+    for (const auto& x : to_list()) out.push_back(x.clone_with_graph());
+    return Value(std::move(out));
+  }
+  return *this;
+}
+
 }  // namespace castor

@@ -109,6 +109,10 @@ class Value {
   /// gets, so that a value passed "by copy" stays a copy without serializing.
   Value deep_copy() const;
 
+  /// A copy whose tensors are differentiable clones (they stay in the autograd
+  /// graph): what a call to the same worker gets inside an autograd context.
+  Value clone_with_graph() const;
+
   /// Visits every RRef (also inside lists).
   template <class F>
   void for_each_rref(F&& f) {

@@ -103,7 +103,9 @@ void run_method(owner_pointer self, OwnerCall&& call) {
       ack(Outcome::success(Value()));
     };
   }
-  bool accepted = rt->post([rt, me, object, method, fn, args = std::move(call.request.args), done]() mutable {
+  auto ctx = call.request.autograd.context;
+  bool accepted = rt->post([rt, me, object, method, fn, ctx, args = std::move(call.request.args), done]() mutable {
+    ContextScope scope(rt->autograd.get(), ctx);  // nested calls join the caller's autograd context
     try {
       method->invoke(object.get(), std::move(args), done);
     } catch (const CallFailure& f) {

@@ -130,7 +130,9 @@ Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds
     if (auto err = s->holder->error()) throw_rpc_error(*err);
     if (s->holder->holds_object())
       throw TypeError(ErrorInfo{ErrorKind::Type, rt->name, "to_here on an RRef to an object: call its methods"});
-    return s->holder->value().deep_copy();
+    // Inside an autograd context the copy stays in the graph (a local path).
+    bool in_context = rt->autograd && rt->autograd->current_context().valid();
+    return in_context ? s->holder->value().clone_with_graph() : s->holder->value().deep_copy();
   }
   CallRequest req;
   req.function = "to_here";

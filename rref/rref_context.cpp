@@ -269,6 +269,7 @@ void resolve_argument(context_pointer self, uint64_t id, size_t index) {
   fetch.function = "to_here";
   fetch.kind = CallKind::fetch;
   fetch.target = state->id;
+  fetch.autograd.context = p.call.request.autograd.context;  // the value joins the call's graph
   st.rt->start_call(state->owner, std::move(fetch), st.rt->opts.rpc_timeout,
                     [me, id, index](Outcome o) { caf::anon_send(me, ArgumentReady{id, index, std::move(o)}); });
 }

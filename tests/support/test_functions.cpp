@@ -184,3 +184,46 @@ CASTOR_FUNCTION(held_value, [](std::string key) {
   }
   return r.to_here().item<double>();
 });
+
+// -- distributed autograd ------------------------------------------------------
+
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "engine/context.hpp"
+
+namespace {
+// A function whose backward throws, to test failures inside a backward pass.
+struct ExplodingBackward : torch::autograd::Function<ExplodingBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, at::Tensor x) { return x * 1; }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list) {
+    throw std::runtime_error("backward exploded");
+  }
+};
+at::Tensor& shared_param() {
+  static at::Tensor p = at::full({3}, 2.0).set_requires_grad(true);
+  return p;
+}
+}  // namespace
+
+CASTOR_FUNCTION(mul_pair, [](at::Tensor a, at::Tensor b) { return a * b; });
+CASTOR_FUNCTION(lin, [](at::Tensor x, at::Tensor w, at::Tensor b) { return x.matmul(w) + b; });
+CASTOR_FUNCTION(tanh_of, [](at::Tensor x) { return x.tanh(); });
+CASTOR_FUNCTION(nested_mul, [](std::string peer, at::Tensor a, at::Tensor b) {
+  return current_worker().rpc_sync<at::Tensor>(peer, "mul_pair", a, b) * a;
+});
+CASTOR_FUNCTION(explode, [](at::Tensor x) { return ExplodingBackward::apply(x); });
+// The gradient flowing into the intermediate is scaled by a hook registered here.
+CASTOR_FUNCTION(hooked, [](at::Tensor x) {
+  auto y = x * 2;
+  y.register_hook([](at::Tensor g) { return g * 10; });
+  return y * 1;
+});
+// A parameter shared by every caller of this worker (one per process).
+CASTOR_FUNCTION(use_param, [](at::Tensor x) { return x * shared_param(); });
+CASTOR_FUNCTION(param_grad, [](int64_t context_id) {
+  auto grads = castor::autograd::get_gradients(current_worker(), context_id);
+  return grads.at(shared_param());
+});
+CASTOR_FUNCTION(param_grad_count, [](int64_t context_id) {
+  return int64_t(castor::autograd::get_gradients(current_worker(), context_id).size());
+});

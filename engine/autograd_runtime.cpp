@@ -1,0 +1,158 @@
+// AutogradRuntime: attaching send/recv functions in the forward pass, routing
+// backward messages to contexts, the container of contexts.
+#include "engine/autograd_runtime.hpp"
+
+#include <caf/io/middleman.hpp>
+#include <caf/logger.hpp>
+#include <caf/send.hpp>
+#include <torch/csrc/autograd/variable.h>
+
+#include "actors/runtime.hpp"
+#include "actors/thread_context.hpp"
+
+namespace castor::detail {
+namespace {
+thread_local ContextId tl_context;
+}  // namespace
+
+ContextId current_context_of_thread() { return tl_context; }
+
+AutogradRuntime& autograd_runtime(Runtime& rt) { return static_cast<AutogradRuntime&>(*rt.autograd); }
+
+AutogradRuntime::AutogradRuntime(Runtime& rt) : message_ids(rt.rank), rt_(rt), context_ids_(rt.rank) {}
+
+AutogradRuntime::~AutogradRuntime() { stop(); }
+
+AutogradMode AutogradRuntime::mode() const { return rt_.opts.autograd_mode; }
+
+ContextId AutogradRuntime::current_context() const { return tl_context; }
+
+ContextId AutogradRuntime::set_current_context(ContextId ctx) {
+  auto previous = tl_context;
+  tl_context = ctx;
+  return previous;
+}
+
+context_actor AutogradRuntime::context(ContextId id, bool create) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  auto it = contexts_.find(id);
+  if (it != contexts_.end()) return it->second;
+  if (!create || stopped_ || released_.count(id)) return context_actor{};
+  auto actor = spawn_context_actor(*this, id);
+  // Spawning from a user's thread leaves CAF's logger referenced in that
+  // thread's locals, and the actor system's end waits for every such
+  // reference: drop ours (CAF's own threads keep theirs).
+  if (!on_caf_thread()) caf::logger::set_current_actor_system(nullptr);
+  contexts_.emplace(id, actor);
+  counters_.contexts.fetch_add(1);
+  return actor;
+}
+
+ContextId AutogradRuntime::create_context() {
+  auto id = context_ids_.next();
+  context(id, true);
+  return id;
+}
+
+void AutogradRuntime::forget(ContextId id) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  if (contexts_.erase(id)) counters_.contexts.fetch_sub(1);
+  released_.insert(id);
+}
+
+void AutogradRuntime::on_send(ContextId ctx, const std::vector<Value*>& values, WorkerId to, AutogradMeta& meta) {
+  meta.context = ctx;
+  auto actor = context(ctx, true);
+  if (!actor) return;  // released already: the call goes out without autograd
+  caf::anon_send(actor, peer_atom::value, to);
+  std::vector<at::Tensor*> tensors;
+  for (auto* v : values)
+    v->for_each_tensor([&](at::Tensor& t) {
+      if (t.defined() && t.requires_grad()) tensors.push_back(&t);
+    });
+  if (tensors.empty()) return;
+  auto node = std::make_shared<SendRpcBackward>(message_ids.next(), to);
+  torch::autograd::edge_list edges;
+  for (auto* t : tensors) {
+    edges.push_back(torch::autograd::impl::gradient_edge(*t));
+    node->add_input_metadata(*t);
+  }
+  node->set_next_edges(std::move(edges));
+  meta.message = node->id();
+  counters_.sends.fetch_add(1);
+  caf::anon_send(actor, RegisterSend{std::move(node)});
+}
+
+void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Value*>& values, WorkerId from) {
+  if (!meta.in_context()) return;
+  auto actor = context(meta.context, true);
+  if (!actor) return;
+  caf::anon_send(actor, peer_atom::value, from);
+  if (!meta.message.valid()) return;
+  auto node = std::make_shared<RecvRpcBackward>(meta.message, from);
+  node->lineage = meta.lineage;
+  for (auto* v : values)
+    v->for_each_tensor([&](at::Tensor& t) {
+      if (!t.defined() || !t.requires_grad()) return;
+      // The received leaf becomes an output of the recv function.
+      t.set_requires_grad(false);
+      auto nr = node->add_input_metadata(t);
+      torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(node, nr));
+    });
+  counters_.recvs.fetch_add(1);
+  caf::anon_send(actor, RegisterRecv{std::move(node)});
+}
+
+void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
+  if (auto actor = context(grad.context, false)) {
+    caf::anon_send(actor, IncomingGrad{std::move(grad), from, nullptr});
+    return;
+  }
+  BackwardDone done;
+  done.context = grad.context;
+  done.request = grad.request;
+  done.ok = false;
+  done.error = make_error(ErrorKind::Autograd, rt_.name,
+                          "worker " + rt_.name + " has no autograd context " + std::to_string(grad.context.as_int()) +
+                              " (released already?)");
+  rt_.counters.sent.fetch_add(1);
+  if (from >= 0 && size_t(from) < rt_.peer_handles.size()) caf::anon_send(rt_.peer_handles[size_t(from)], done);
+}
+
+void AutogradRuntime::handle_done(BackwardDone&& done) {
+  if (auto actor = context(done.context, false)) caf::anon_send(actor, std::move(done));
+}
+
+void AutogradRuntime::handle_control(ContextControl&& msg) {
+  if (auto actor = context(msg.context, false)) caf::anon_send(actor, std::move(msg));
+}
+
+void AutogradRuntime::on_peer_down(WorkerId rank) {
+  std::vector<context_actor> all;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    for (auto& [id, a] : contexts_) all.push_back(a);
+  }
+  for (auto& a : all) caf::anon_send(a, peer_down_atom::value, rank);
+}
+
+std::map<std::string, int64_t> AutogradRuntime::debug_info() const {
+  return {{"num_autograd_contexts", counters_.contexts.load()},
+          {"num_send_functions", counters_.sends.load()},
+          {"num_recv_functions", counters_.recvs.load()},
+          {"num_running_graph_tasks", counters_.graph_tasks.load()}};
+}
+
+bool AutogradRuntime::idle() const { return counters_.graph_tasks.load() == 0; }
+
+void AutogradRuntime::stop() {
+  std::vector<context_actor> all;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    stopped_ = true;
+    for (auto& [id, a] : contexts_) all.push_back(a);
+  }
+  for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+}  // namespace castor::detail

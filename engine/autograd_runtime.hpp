@@ -1,0 +1,70 @@
+// AutogradRuntime: the engine/ layer's AutogradHooks, the per-worker
+// container of autograd contexts, and the ids of contexts and messages.
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "actors/autograd_hooks.hpp"
+#include "actors/worker_options.hpp"
+#include "engine/context_actor.hpp"
+
+namespace castor::detail {
+
+class Runtime;
+
+struct AutogradCounters {
+  std::atomic<int64_t> contexts{0};
+  std::atomic<int64_t> sends{0};
+  std::atomic<int64_t> recvs{0};
+  std::atomic<int64_t> graph_tasks{0};
+};
+
+class AutogradRuntime : public AutogradHooks {
+ public:
+  explicit AutogradRuntime(Runtime& rt);
+  ~AutogradRuntime() override;
+
+  // AutogradHooks
+  ContextId current_context() const override;
+  ContextId set_current_context(ContextId ctx) override;
+  void on_send(ContextId ctx, const std::vector<Value*>& values, WorkerId to, AutogradMeta& meta) override;
+  void on_receive(const AutogradMeta& meta, const std::vector<Value*>& values, WorkerId from) override;
+  void handle_grad(BackwardGrad&& grad, WorkerId from) override;
+  void handle_done(BackwardDone&& done) override;
+  void handle_control(ContextControl&& msg) override;
+  void on_peer_down(WorkerId rank) override;
+  bool idle() const override;
+  void stop() override;
+  std::map<std::string, int64_t> debug_info() const override;
+
+  /// The actor of context `id` here; created on first use unless released.
+  context_actor context(ContextId id, bool create);
+  /// A new context made by this worker (castor::autograd::Context).
+  ContextId create_context();
+  /// Ends context `id` here (its actor) and forgets it for good.
+  void forget(ContextId id);
+
+  Runtime& runtime() { return rt_; }
+  AutogradCounters& counters() { return counters_; }
+  AutogradMode mode() const;
+  IdGenerator<AutogradMessageId> message_ids;
+
+ private:
+  Runtime& rt_;
+  IdGenerator<ContextId> context_ids_;
+  AutogradCounters counters_;
+  mutable std::mutex mtx_;
+  std::unordered_map<ContextId, context_actor> contexts_;
+  std::unordered_set<ContextId> released_;  // cleaned up: a late message must not recreate them
+  bool stopped_ = false;
+};
+
+AutogradRuntime& autograd_runtime(Runtime& rt);
+
+/// The autograd context active on the calling thread (any worker).
+ContextId current_context_of_thread();
+
+}  // namespace castor::detail

@@ -1,0 +1,94 @@
+// The public autograd API: contexts, backward, gradients.
+#include "engine/context.hpp"
+
+#include <caf/send.hpp>
+
+#include "actors/runtime.hpp"
+#include "engine/autograd_runtime.hpp"
+
+namespace castor::autograd {
+namespace {
+
+using detail::AutogradRuntime;
+
+AutogradRuntime& runtime_of(Worker& w) {
+  auto& rt = w.runtime();
+  if (!rt.autograd || rt.state.load() == detail::RunState::stopped)
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name, "worker " + rt.name + " is shut down"});
+  return detail::autograd_runtime(rt);
+}
+
+detail::context_actor context_actor_of(Worker& w, int64_t id) {
+  auto actor = runtime_of(w).context(ContextId(uint64_t(id)), false);
+  if (!actor)
+    throw AutogradError(ErrorInfo{ErrorKind::Lookup, w.name(),
+                                  "worker " + w.name() + " has no autograd context " + std::to_string(id)});
+  return actor;
+}
+
+}  // namespace
+
+Context::Context(Worker& w) : w_(&w), id_(0) {
+  auto& ar = runtime_of(w);
+  if (auto active = ar.current_context(); active.valid())
+    throw AutogradError(ErrorInfo{ErrorKind::Autograd, w.name(),
+                                  "nested autograd contexts on one thread are not supported: context " +
+                                      std::to_string(active.as_int()) + " is active on this thread"});
+  auto id = ar.create_context();
+  ar.set_current_context(id);
+  id_ = id.as_int();
+}
+
+Context::~Context() {
+  auto& rt = w_->runtime();
+  if (!rt.autograd) return;
+  auto& ar = detail::autograd_runtime(rt);
+  ContextId id{uint64_t(id_)};
+  if (ar.current_context() == id) ar.set_current_context(ContextId{});
+  if (auto actor = ar.context(id, false))
+    caf::anon_send(actor, ContextControl{id, ContextControl::cleanup, rt.rank, {}});
+}
+
+void Context::backward(const std::vector<at::Tensor>& roots, bool retain_graph, Timeout timeout) {
+  autograd::backward(*w_, id_, roots, retain_graph, timeout);
+}
+
+GradientMap Context::gradients() const { return get_gradients(*w_, id_); }
+
+void backward(Worker& w, int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph,
+              Timeout timeout) {
+  auto actor = context_actor_of(w, context_id);
+  Promise<void> done(detail::CallbackRunner{});
+  detail::StartBackward sb;
+  sb.roots = roots;
+  sb.retain_graph = retain_graph;
+  sb.timeout = timeout.value.count() > 0 ? timeout.value : w.runtime().opts.rpc_timeout;
+  sb.done = [done](std::optional<ErrorInfo> e) {
+    if (e)
+      done.try_set_error(std::move(*e));
+    else
+      done.try_set_value();
+  };
+  caf::anon_send(actor, std::move(sb));
+  done.future().wait();
+}
+
+void backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph) {
+  backward(current_worker(), context_id, roots, retain_graph);
+}
+
+GradientMap get_gradients(Worker& w, int64_t context_id) {
+  auto actor = context_actor_of(w, context_id);
+  Promise<GradientMap> result(detail::CallbackRunner{});
+  caf::anon_send(actor, detail::GetGradients{[result](GradientMap m) { result.try_set_value(std::move(m)); }});
+  return result.future().wait(w.runtime().opts.rpc_timeout);
+}
+
+GradientMap get_gradients(int64_t context_id) { return get_gradients(current_worker(), context_id); }
+
+int64_t current_context_id() {
+  // The thread-local is the engine's; any worker's runtime reads the same one.
+  return detail::current_context_of_thread().as_int();
+}
+
+}  // namespace castor::autograd

@@ -1,0 +1,227 @@
+// The autograd context actor: forward-pass bookkeeping, gradients, starting
+// graph tasks, and cleanup that travels along the workers it talked to.
+#include "engine/context_actor.hpp"
+
+#include <set>
+#include <unordered_map>
+
+#include <ATen/ATen.h>
+#include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <torch/csrc/autograd/variable.h>
+
+#include "actors/runtime.hpp"
+#include "engine/autograd_runtime.hpp"
+#include "engine/graph_task_actor.hpp"
+#include "engine/lineage.hpp"
+
+namespace castor::detail {
+
+// Note [Context cleanup]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A context lives on every worker that sent or received a message in it.
+// Each worker's context actor remembers the workers it exchanged messages
+// with (`peers`). Releasing the context on its creator sends cleanup to those
+// peers; each receiver forwards it to its own peers (except the sender), then
+// ends its context actor and remembers the id as released, so that a late
+// message never recreates it and a second cleanup is ignored. Every worker
+// that took part is reached, because it is a peer of some worker that is.
+// An abort after a failed backward pass travels the same way and stops the
+// running graph task on each worker.
+
+namespace {
+
+template <class List>
+struct context_broker_of;
+template <class... Sigs>
+struct context_broker_of<caf::detail::type_list<Sigs...>> {
+  using type = caf::io::typed_broker<Sigs...>;
+};
+using context_broker = context_broker_of<context_actor::signatures>::type;
+
+struct context_state {
+  static inline const char* name = "castor.autograd_context";
+
+  AutogradRuntime* ar = nullptr;
+  Runtime* rt = nullptr;
+  ContextId id;
+  // Forward pass: the send/recv functions of this context here, by message id
+  // (kept alive by the context); the workers this context talked to.
+  std::unordered_map<uint64_t, std::shared_ptr<SendRpcBackward>> sends;
+  std::unordered_map<uint64_t, std::shared_ptr<RecvRpcBackward>> recvs;
+  std::set<WorkerId> peers;
+  // Backward passes: their gradients by leaf identity (leaf, gradient).
+  std::unordered_map<const void*, std::pair<at::Tensor, at::Tensor>> grads;
+  graph_task_actor task;        // the pass running here, if any
+  bool graph_released = false;  // a pass without retain_graph ran
+};
+
+using context_pointer = caf::stateful_actor<context_state, context_broker>*;
+
+void send_to_peer(Runtime* rt, WorkerId to, const ContextControl& msg) {
+  if (to < 0 || size_t(to) >= rt->peer_handles.size() || to == rt->rank || rt->peer_dead[size_t(to)]) return;
+  rt->counters.sent.fetch_add(1);
+  caf::anon_send(rt->peer_handles[size_t(to)], msg);
+}
+
+void answer(Runtime* rt, const IncomingGrad& ig, std::optional<ErrorInfo> error) {
+  BackwardDone done;
+  done.context = ig.grad.context;
+  done.request = ig.grad.request;
+  done.ok = !error;
+  if (error) done.error = std::move(*error);
+  if (ig.from < 0 || size_t(ig.from) >= rt->peer_handles.size() || rt->peer_dead[size_t(ig.from)]) return;
+  rt->counters.sent.fetch_add(1);
+  caf::anon_send(rt->peer_handles[size_t(ig.from)], std::move(done));
+}
+
+ErrorInfo context_error(context_pointer self, const std::string& why) {
+  auto* rt = self->state.rt;
+  return make_error(ErrorKind::Autograd, rt->name,
+                    "worker " + rt->name + ", autograd context " + std::to_string(self->state.id.as_int()) + ": " + why);
+}
+
+std::optional<std::string> refuse_pass(context_pointer self) {
+  auto& st = self->state;
+  if (st.task) return std::string("a backward pass is already running in this context");
+  if (st.graph_released)
+    return std::string(
+        "backward was already run in this context without retain_graph=true, so its graph is released; "
+        "pass retain_graph=true to run backward more than once");
+  return std::nullopt;
+}
+
+void start_root(context_pointer self, StartBackward&& sb) {
+  auto& st = self->state;
+  if (auto why = refuse_pass(self)) return sb.done(context_error(self, *why));
+  std::vector<torch::autograd::Edge> edges;
+  std::vector<at::Tensor> grads;
+  for (size_t i = 0; i < sb.roots.size(); ++i) {
+    const auto& r = sb.roots[i];
+    if (!r.defined() || !r.requires_grad())
+      return sb.done(context_error(self, "root " + std::to_string(i) + " of backward does not require grad"));
+    edges.push_back(torch::autograd::impl::gradient_edge(r));
+    grads.push_back(at::ones_like(r, at::MemoryFormat::Preserve));
+  }
+  auto core = std::make_shared<GraphTaskCore>(sb.retain_graph);
+  core->compute_dependencies(edges, participating_sends(*st.ar, st.sends, edges, std::nullopt));
+  core->add_root_grads(edges, std::move(grads));
+  TaskStart start;
+  start.context = st.id;
+  start.retain_graph = sb.retain_graph;
+  start.timeout = sb.timeout;
+  start.core = std::move(core);
+  start.on_end = std::move(sb.done);
+  st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
+  self->link_to(st.task);
+}
+
+void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
+  auto& st = self->state;
+  auto it = st.sends.find(ig.grad.send.packed);
+  if (it == st.sends.end())
+    return answer(st.rt, ig,
+                  context_error(self, "no send function with autograd_message_id " +
+                                          std::to_string(ig.grad.send.as_int()) + " here"));
+  ig.send = it->second;
+  if (st.task) {
+    self->send(st.task, std::move(ig));  // a later gradient of the running pass
+    return;
+  }
+  // The first gradient of a pass to reach this worker starts its part.
+  if (auto why = refuse_pass(self)) return answer(st.rt, ig, context_error(self, *why));
+  auto core = std::make_shared<GraphTaskCore>(ig.grad.retain_graph);
+  std::optional<std::vector<uint64_t>> participants;
+  if (!ig.grad.participants.empty()) participants = ig.grad.participants;
+  core->compute_dependencies({}, participating_sends(*st.ar, st.sends, {}, participants));
+  TaskStart start;
+  start.context = st.id;
+  start.retain_graph = ig.grad.retain_graph;
+  start.timeout = std::chrono::milliseconds(ig.grad.timeout_ms);
+  start.core = std::move(core);
+  start.first = std::move(ig);
+  st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
+  self->link_to(st.task);
+}
+
+void on_task_ended(context_pointer self, TaskEnded&& e) {
+  auto& st = self->state;
+  if (st.task) self->unlink_from(st.task);
+  st.task = nullptr;
+  if (e.released_graph) st.graph_released = true;
+  if (e.error) {
+    // Stop the pass everywhere else too (see Note [Context cleanup]).
+    ContextControl abort{st.id, ContextControl::abort, st.rt->rank, *e.error};
+    for (auto p : st.peers) send_to_peer(st.rt, p, abort);
+  }
+}
+
+void on_control(context_pointer self, ContextControl&& msg) {
+  auto& st = self->state;
+  auto from = msg.from;
+  msg.from = st.rt->rank;
+  if (msg.op == ContextControl::abort) {
+    if (!st.task) return;  // nothing running here: the abort stops travelling
+    self->send(st.task, msg);
+    for (auto p : st.peers)
+      if (p != from) send_to_peer(st.rt, p, msg);
+    return;
+  }
+  for (auto p : st.peers)
+    if (p != from) send_to_peer(st.rt, p, msg);
+  st.ar->counters().sends.fetch_sub(int64_t(st.sends.size()));
+  st.ar->counters().recvs.fetch_sub(int64_t(st.recvs.size()));
+  st.sends.clear();
+  st.recvs.clear();
+  if (st.task) {
+    ContextControl abort{st.id, ContextControl::abort, st.rt->rank,
+                         context_error(self, "the context was released during a backward pass")};
+    self->send(st.task, abort);
+  }
+  st.ar->forget(st.id);
+  self->quit();
+}
+
+context_actor::behavior_type context_behavior(context_pointer self, AutogradRuntime* ar, ContextId id) {
+  self->state.ar = ar;
+  self->state.rt = &ar->runtime();
+  self->state.id = id;
+  return {
+      [self](RegisterSend& r) { self->state.sends.emplace(r.node->id().packed, std::move(r.node)); },
+      [self](RegisterRecv& r) { self->state.recvs.emplace(r.node->send_id().packed, std::move(r.node)); },
+      [self](peer_atom, WorkerId w) {
+        if (w != self->state.rt->rank) self->state.peers.insert(w);
+      },
+      [self](StartBackward& sb) { start_root(self, std::move(sb)); },
+      [self](IncomingGrad& ig) { on_incoming_grad(self, std::move(ig)); },
+      [self](BackwardDone& d) {
+        if (self->state.task) self->send(self->state.task, std::move(d));
+      },
+      [self](GetGradients& g) {
+        autograd::GradientMap out;
+        for (const auto& [key, lg] : self->state.grads) out.emplace(lg.first, lg.second);
+        g.done(std::move(out));
+      },
+      [self](CapturedGrads& c) {
+        auto& grads = self->state.grads;
+        for (auto& [leaf, g] : c.grads) {
+          auto [it, added] = grads.try_emplace(leaf.unsafeGetTensorImpl(), leaf, g);
+          if (!added) it->second.second = it->second.second + g;  // gradients of several passes add up
+        }
+      },
+      [self](TaskEnded& e) { on_task_ended(self, std::move(e)); },
+      [self](ContextControl& msg) { on_control(self, std::move(msg)); },
+      [self](peer_down_atom, WorkerId w) {
+        if (self->state.task) self->send(self->state.task, peer_down_atom::value, w);
+      },
+  };
+}
+
+}  // namespace
+
+context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id) {
+  return ar.runtime().system->middleman().spawn_broker(context_behavior, &ar, id);
+}
+
+}  // namespace castor::detail

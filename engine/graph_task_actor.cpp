@@ -1,0 +1,276 @@
+// The graph task actor: hands its core to an executor thread to run ready
+// nodes, sends gradients on, answers the gradients it received, ends when
+// its part of the pass is done.
+#include "engine/graph_task_actor.hpp"
+
+#include <deque>
+
+#include <caf/io/middleman.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/runtime.hpp"
+#include "engine/autograd_runtime.hpp"
+
+namespace castor::detail {
+
+// Note [FAST mode]
+// ~~~~~~~~~~~~~~~~
+// A backward pass runs on every worker its context reached. On each worker a
+// graph task counts dependencies over what is reachable from the roots (on
+// the worker that called backward) and from the context's send functions
+// (FAST mode assumes every send function receives a gradient). When a
+// RecvRpcBackward becomes ready, its gradients go to the worker of the paired
+// send function as a BackwardGrad request; there the send function is fed
+// and its part of the graph runs, in the graph task for the context, which
+// the first such gradient creates.
+//
+// Completion: a request is answered (BackwardDone) when the receiving part is
+// done. The first gradient to reach a worker is answered when that worker's
+// whole graph task has finished (every node of the pass there ran) and every
+// gradient it sent on has been answered; a later gradient of the same pass
+// is answered when the nodes it made ready have run. The first contacts form
+// a tree rooted at the backward() caller (a worker is first contacted once),
+// so the caller's completion waits, transitively, for everything, and no two
+// workers ever wait for each other's completion, so cycles between workers
+// (A -> B -> A round trips) cannot deadlock. A send function that never gets
+// a gradient leaves its graph task waiting: the watchdog fails the pass after
+// its timeout, naming the send (SMART mode does not wait for such sends).
+//
+// Nodes run on executor threads, one drain at a time per task: the core is
+// handed to one thread, which runs ready nodes until none is left; gradients
+// arriving meanwhile wait in the actor's mailbox.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+template <class List>
+struct task_broker_of;
+template <class... Sigs>
+struct task_broker_of<caf::detail::type_list<Sigs...>> {
+  using type = caf::io::typed_broker<Sigs...>;
+};
+using task_broker = task_broker_of<graph_task_actor::signatures>::type;
+
+struct task_state {
+  static inline const char* name = "castor.graph_task";
+
+  AutogradRuntime* ar = nullptr;
+  Runtime* rt = nullptr;
+  context_actor context;
+  TaskStart start;
+  std::shared_ptr<GraphTaskCore> core;     // null while an executor thread runs it
+  std::vector<IncomingGrad> queued;        // later gradients that arrived during a drain
+  std::vector<IncomingGrad> answer_after;  // later gradients, answered when their drain ends
+  std::unordered_map<uint64_t, WorkerId> outstanding;  // our BackwardGrad requests awaiting answers
+  uint64_t next_request = 1;
+  Clock::time_point last_progress = Clock::now();
+  bool ended = false;
+};
+
+using task_pointer = caf::stateful_actor<task_state, task_broker>*;
+
+std::vector<at::Tensor> tensors_of(std::vector<Value>&& values) {
+  std::vector<at::Tensor> out;
+  out.reserve(values.size());
+  for (auto& v : values) out.push_back(v.is_tensor() ? std::move(v.to_tensor()) : at::Tensor());
+  return out;
+}
+
+void answer(task_pointer self, const IncomingGrad& ig, const std::optional<ErrorInfo>& error) {
+  auto* rt = self->state.rt;
+  BackwardDone done;
+  done.context = ig.grad.context;
+  done.request = ig.grad.request;
+  done.ok = !error;
+  if (error) done.error = *error;
+  if (ig.from < 0 || size_t(ig.from) >= rt->peer_handles.size() || rt->peer_dead[size_t(ig.from)]) return;
+  rt->counters.sent.fetch_add(1);
+  caf::anon_send(rt->peer_handles[size_t(ig.from)], std::move(done));
+}
+
+void finish(task_pointer self, std::optional<ErrorInfo> error) {
+  auto& st = self->state;
+  if (st.ended) return;
+  st.ended = true;
+  for (auto& ig : st.answer_after) answer(self, ig, error);
+  for (auto& ig : st.queued) answer(self, ig, error);
+  if (st.start.first) answer(self, *st.start.first, error);
+  // The context learns first, so that a backward() called right after this
+  // one returns finds the context free.
+  self->send(st.context, TaskEnded{error, !st.start.retain_graph});
+  if (st.start.on_end) st.start.on_end(error);
+  st.ar->counters().graph_tasks.fetch_sub(1);
+  self->quit();
+}
+
+ErrorInfo task_error(task_pointer self, ErrorKind kind, const std::string& why) {
+  auto* rt = self->state.rt;
+  return make_error(kind, rt->name, "worker " + rt->name + ": backward pass in autograd context " +
+                                        std::to_string(self->state.start.context.as_int()) + " failed: " + why);
+}
+
+void check_end(task_pointer self) {
+  auto& st = self->state;
+  if (st.ended || !st.core || st.core->has_ready() || !st.outstanding.empty()) return;
+  if (st.core->finished()) finish(self, std::nullopt);
+}
+
+void drain(task_pointer self) {
+  auto& st = self->state;
+  if (st.ended || !st.core) return;  // an executor thread has it
+  if (!st.core->has_ready()) {
+    for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
+    st.answer_after.clear();
+    check_end(self);
+    return;
+  }
+  auto core = std::move(st.core);
+  auto me = caf::actor_cast<graph_task_actor>(self);
+  auto* ar = st.ar;
+  auto ctx = st.start.context;
+  bool posted = st.rt->post([core, me, ar, ctx]() mutable {
+    DrainDone d;
+    {
+      ContextScope scope(ar, ctx);  // hooks and functions run in the pass's context
+      try {
+        core->run(d.outgoing);
+      } catch (const std::exception& e) {
+        d.error = e.what();
+      }
+    }
+    d.captured = core->take_captured();
+    d.core = std::move(core);
+    caf::anon_send(me, std::move(d));
+  });
+  if (!posted) {
+    st.core = std::move(core);
+    finish(self, task_error(self, ErrorKind::Autograd, "the executor refused the work (saturated or stopped)"));
+  }
+}
+
+void accept_later_grad(task_pointer self, IncomingGrad&& ig) {
+  auto& st = self->state;
+  if (!st.core) {
+    st.queued.push_back(std::move(ig));
+    return;
+  }
+  if (!st.core->add_send_grads(ig.send, tensors_of(std::move(ig.grad.grads)))) {
+    answer(self, ig,
+           task_error(self, ErrorKind::Autograd,
+                      "send function " + std::to_string(ig.grad.send.as_int()) + " got a second gradient or is not part of the pass"));
+    return;
+  }
+  st.answer_after.push_back(std::move(ig));
+  st.last_progress = Clock::now();
+  drain(self);
+}
+
+void on_drain_done(task_pointer self, DrainDone&& d) {
+  auto& st = self->state;
+  st.core = std::move(d.core);
+  st.last_progress = Clock::now();
+  if (!d.captured.empty()) self->send(st.context, CapturedGrads{std::move(d.captured)});
+  if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
+  for (auto& o : d.outgoing) {
+    if (o.to < 0 || size_t(o.to) >= st.rt->peer_handles.size() || st.rt->peer_dead[size_t(o.to)])
+      return finish(self, task_error(self, ErrorKind::Unreachable,
+                                     "worker " + st.rt->name_of(o.to) + " is unreachable"));
+    BackwardGrad g;
+    g.context = st.start.context;
+    g.send = o.send;
+    g.from = st.rt->rank;
+    g.request = st.next_request++;
+    g.retain_graph = st.start.retain_graph;
+    g.timeout_ms = st.start.timeout.count();
+    g.participants = st.start.participants;
+    for (auto& t : o.grads) g.grads.push_back(t.defined() ? Value(std::move(t)) : Value());
+    st.outstanding.emplace(g.request, o.to);
+    st.rt->counters.sent.fetch_add(1);
+    caf::anon_send(st.rt->peer_handles[size_t(o.to)], std::move(g));
+  }
+  for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
+  st.answer_after.clear();
+  auto queued = std::move(st.queued);
+  st.queued.clear();
+  for (auto& ig : queued) accept_later_grad(self, std::move(ig));
+  drain(self);
+}
+
+void watchdog(task_pointer self) {
+  auto& st = self->state;
+  if (st.ended) return;
+  auto limit = st.start.timeout;
+  bool stalled = st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
+  if (stalled && Clock::now() - st.last_progress >= limit) {
+    std::string ids;
+    for (auto id : st.core->waiting_sends()) ids += (ids.empty() ? "" : ", ") + std::to_string(id.as_int());
+    auto hint = st.ar->mode() == AutogradMode::fast
+                    ? "; in FAST mode every send function of the context must receive a gradient: use "
+                      "castor::AutogradMode::smart to run backward over part of the graph"
+                    : "";
+    return finish(self, task_error(self, ErrorKind::Timeout,
+                                   "waited " + std::to_string(limit.count()) +
+                                       " ms for gradients that never arrived, for the send functions with "
+                                       "autograd_message_id " + ids + hint));
+  }
+  auto tick = std::max(std::chrono::milliseconds(10), std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000)));
+  self->delayed_send(self, tick, sweep_atom::value);
+}
+
+graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime* ar, context_actor context,
+                                              TaskStart start) {
+  auto& st = self->state;
+  st.ar = ar;
+  st.rt = &ar->runtime();
+  st.context = std::move(context);
+  st.start = std::move(start);
+  st.core = st.start.core;
+  st.start.core = nullptr;
+  if (st.start.timeout.count() <= 0) st.start.timeout = st.rt->opts.rpc_timeout;
+  ar->counters().graph_tasks.fetch_add(1);
+  bool started = true;
+  if (st.start.first) {
+    auto& first = *st.start.first;
+    started = st.core->add_send_grads(first.send, tensors_of(std::move(first.grad.grads)));
+    if (!started)
+      finish(self, task_error(self, ErrorKind::Autograd,
+                              "send function " + std::to_string(first.grad.send.as_int()) + " is not part of the pass"));
+  }
+  if (started) {
+    drain(self);
+    self->delayed_send(self, std::chrono::milliseconds(10), sweep_atom::value);
+  }
+  return {
+      [self](IncomingGrad& ig) { accept_later_grad(self, std::move(ig)); },
+      [self](BackwardDone& d) {
+        auto& st = self->state;
+        if (!st.outstanding.erase(d.request)) return;
+        st.last_progress = Clock::now();
+        if (!d.ok) return finish(self, std::move(d.error));  // the remote part failed: so does the pass
+        check_end(self);
+      },
+      [self](DrainDone& d) { on_drain_done(self, std::move(d)); },
+      [self](ContextControl& c) {
+        finish(self, c.reason.message.empty() ? task_error(self, ErrorKind::Autograd, "aborted") : c.reason);
+      },
+      [self](peer_down_atom, WorkerId w) {
+        auto& st = self->state;
+        bool involved = (st.start.first && st.start.first->from == w);
+        for (auto& [req, to] : st.outstanding) involved = involved || to == w;
+        if (involved)
+          finish(self, task_error(self, ErrorKind::Unreachable,
+                                  "worker " + st.rt->name_of(w) + " died during the backward pass"));
+      },
+      [self](sweep_atom) { watchdog(self); },
+  };
+}
+
+}  // namespace
+
+graph_task_actor spawn_graph_task(AutogradRuntime& ar, context_actor context, TaskStart start) {
+  return ar.runtime().system->middleman().spawn_broker(task_behavior, &ar, std::move(context), std::move(start));
+}
+
+}  // namespace castor::detail

@@ -1,0 +1,240 @@
+// Distributed autograd (FAST mode) across real workers: the gradients equal
+// those of the same computation run locally with plain libtorch autograd.
+#include <doctest/doctest.h>
+
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "engine/context.hpp"
+#include "rref/rref.hpp"
+#include "support/cluster.hpp"
+#include "support/test_functions.hpp"
+
+using namespace castor;
+using castor::test::LocalWorld;
+using std::chrono::milliseconds;
+
+namespace {
+template <class F>
+bool eventually(F&& f, milliseconds limit = milliseconds(20000)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (f()) return true;
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  return f();
+}
+torch::Tensor leaf(std::vector<int64_t> sizes, int seed) {
+  torch::manual_seed(seed);
+  return torch::randn(sizes, torch::kDouble).requires_grad_(true);
+}
+torch::Tensor twin(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
+bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allclose(a, b, 1e-6, 1e-6); }
+WorkerOptions fast(WorkerOptions& o) {
+  o.autograd_mode = AutogradMode::fast;
+  return o;
+}
+int64_t contexts_on(Worker& w) { return w.autograd_debug_info().at("num_autograd_contexts"); }
+bool no_context_anywhere(LocalWorld& world) {
+  for (size_t i = 0; i < world.size(); ++i)
+    if (contexts_on(world[i]) != 0 || world[i].autograd_debug_info().at("num_running_graph_tasks") != 0) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("one hop: gradients equal local autograd, and .grad stays untouched") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto a = leaf({3, 3}, 1), b = leaf({3, 3}, 2);
+  {
+    autograd::Context ctx(world[0]);
+    auto c = world[0].rpc_sync<torch::Tensor>("worker1", "my_add", a, b);
+    auto loss = (c * c).sum();
+    ctx.backward({loss});
+    auto grads = ctx.gradients();
+    auto a2 = twin(a), b2 = twin(b);
+    auto c2 = a2 + b2;
+    (c2 * c2).sum().backward();
+    REQUIRE(grads.size() == 2);
+    CHECK(close(grads.at(a), a2.grad()));
+    CHECK(close(grads.at(b), b2.grad()));
+    CHECK_FALSE(a.grad().defined());
+    // Iterating yields the user's own leaf tensors.
+    for (const auto& [t, g] : grads)
+      CHECK((t.unsafeGetTensorImpl() == a.unsafeGetTensorImpl() || t.unsafeGetTensorImpl() == b.unsafeGetTensorImpl()));
+    CHECK(world[0].autograd_debug_info().at("num_send_functions") == 1);
+    CHECK(world[0].autograd_debug_info().at("num_recv_functions") == 1);
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}
+
+TEST_CASE("a chain over 4 workers with nested calls") {
+  LocalWorld world(4, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({2, 2}, 3);
+  autograd::Context ctx(world[0]);
+  auto out = world[0].rpc_sync<torch::Tensor>("worker1", "chain", std::vector<std::string>{"worker2", "worker3"},
+                                              x * 2);
+  auto loss = (out * out * out).sum();
+  ctx.backward({loss});
+  auto x2 = twin(x);
+  auto o2 = x2 * 2 + 3;
+  (o2 * o2 * o2).sum().backward();
+  CHECK(close(ctx.gradients().at(x), x2.grad()));
+}
+
+TEST_CASE("a diamond, repeated round trips, reused results, mixed requires_grad and broadcasting") {
+  LocalWorld world(3, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({4, 3}, 4);
+  auto w = leaf({3, 3}, 5);
+  auto bias = leaf({3}, 6);
+  auto frozen = torch::randn({4, 3}, torch::kDouble);  // requires no grad
+  autograd::Context ctx(world[0]);
+  // Diamond: two workers use x, the results meet again here.
+  auto y1 = world[0].rpc_sync<torch::Tensor>("worker1", "mul_pair", x, x);
+  auto y2 = world[0].rpc_sync<torch::Tensor>("worker2", "mul_pair", x, x * 3);
+  // Three round trips to worker1, with a bias that broadcasts over the rows.
+  auto t = y1 + y2;
+  for (int i = 0; i < 3; ++i) t = world[0].rpc_sync<torch::Tensor>("worker1", "lin", t.tanh(), w, bias);
+  // A result that comes back and is sent again; a frozen input.
+  auto r = world[0].rpc_sync<torch::Tensor>("worker2", "mul_pair", t, frozen);
+  auto s = world[0].rpc_sync<torch::Tensor>("worker2", "mul_pair", r, x);
+  auto e = world[0].rpc_sync<torch::Tensor>("worker1", "aten::expand", bias, std::vector<int64_t>{4, 3});
+  auto loss = (r + s + e).pow(2).sum();
+  ctx.backward({loss});
+  auto grads = ctx.gradients();
+
+  auto x2 = twin(x), w2 = twin(w), b2 = twin(bias);
+  auto t2 = x2 * x2 + x2 * (x2 * 3);
+  for (int i = 0; i < 3; ++i) t2 = t2.tanh().matmul(w2) + b2;
+  auto r2 = t2 * frozen;
+  auto s2 = r2 * x2;
+  ((r2 + s2 + b2.expand({4, 3})).pow(2).sum()).backward();
+  CHECK(grads.size() == 3);
+  CHECK(close(grads.at(x), x2.grad()));
+  CHECK(close(grads.at(w), w2.grad()));
+  CHECK(close(grads.at(bias), b2.grad()));
+  CHECK(grads.count(frozen) == 0);
+}
+
+TEST_CASE("nested rpc inside a remote function, RRef.to_here paths and the four-worker example") {
+  LocalWorld world(4, [](WorkerOptions& o) { fast(o); });
+  auto a = leaf({3}, 7), b = leaf({3}, 8);
+  autograd::Context ctx(world[0]);
+  auto n = world[0].rpc_sync<torch::Tensor>("worker1", "nested_mul", "worker2", a, b);  // (a * b) * a
+  auto rr = world[0].remote<torch::Tensor>("worker3", "mul_pair", a, b);
+  auto v1 = rr.to_here();
+  auto v2 = rr.to_here();  // fetched twice, both used
+  // Four workers, every send receives a gradient: 0 -> 1 -> 2 -> 3 -> 0.
+  auto f1 = world[0].rpc_sync<torch::Tensor>("worker1", "tanh_of", a + b);
+  auto f2 = world[0].rpc_sync<torch::Tensor>("worker2", "mul_pair", f1, a);
+  auto f3 = world[0].rpc_sync<torch::Tensor>("worker3", "my_add", f2, f1);
+  auto loss = (n + v1 * v2 + f3).sum();
+  ctx.backward({loss});
+  auto a2 = twin(a), b2 = twin(b);
+  auto g1 = (a2 + b2).tanh();
+  ((a2 * b2 * a2 + (a2 * b2) * (a2 * b2) + (g1 * a2 + g1)).sum()).backward();
+  auto grads = ctx.gradients();
+  CHECK(close(grads.at(a), a2.grad()));
+  CHECK(close(grads.at(b), b2.grad()));
+}
+
+TEST_CASE("tensor hooks are honoured and the backward may run on another thread") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({3}, 9);
+  autograd::Context ctx(world[0]);
+  auto y = world[0].rpc_sync<torch::Tensor>("worker1", "hooked", x);
+  auto loss = y.sum();
+  auto id = ctx.id();
+  std::thread other([&] { autograd::backward(world[0], id, {loss}); });
+  other.join();
+  CHECK(close(ctx.gradients().at(x), torch::full({3}, 20.0, torch::kDouble)));
+  // Nested contexts on one thread are refused.
+  CHECK_THROWS_WITH_AS(autograd::Context{world[0]}, doctest::Contains("nested autograd contexts"), AutogradError);
+}
+
+TEST_CASE("concurrent contexts from two workers on a third keep their gradients apart") {
+  LocalWorld world(3, [](WorkerOptions& o) { fast(o); });
+  auto run = [&](int w, double scale, int64_t& ctx_id) {
+    for (int pass = 0; pass < 10; ++pass) {
+      autograd::Context ctx(world[size_t(w)]);
+      ctx_id = ctx.id();
+      torch::Tensor loss;
+      for (int i = 0; i < 5; ++i) {
+        auto x = torch::full({3}, scale, torch::kDouble).requires_grad_(true);
+        auto y = world[size_t(w)].rpc_sync<torch::Tensor>("worker2", "use_param", x).sum();
+        loss = loss.defined() ? loss + y : y;
+      }
+      ctx.backward({loss});
+      // worker2's gradient of its shared parameter, in this context only: 5 x's.
+      auto g = world[size_t(w)].rpc_sync<torch::Tensor>("worker2", "param_grad", ctx.id());
+      CHECK(close(g.to(torch::kDouble), torch::full({3}, 5 * scale, torch::kDouble)));
+    }
+  };
+  int64_t c0 = 0, c1 = 0;
+  std::thread t0([&] { run(0, 1.0, c0); });
+  std::thread t1([&] { run(1, 5.0, c1); });
+  t0.join();
+  t1.join();
+  CHECK(c0 != c1);
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}
+
+TEST_CASE("retain_graph accumulates -- a second backward without it is refused") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({3}, 10);
+  autograd::Context ctx(world[0]);
+  auto y = world[0].rpc_sync<torch::Tensor>("worker1", "mul_pair", x, x);
+  auto loss = y.sum();
+  ctx.backward({loss}, true);
+  ctx.backward({loss}, true);
+  CHECK(close(ctx.gradients().at(x), 4 * x.detach()));
+  ctx.backward({loss});  // the last one may release the graph
+  CHECK(close(ctx.gradients().at(x), 6 * x.detach()));
+  CHECK_THROWS_WITH_AS(ctx.backward({loss}), doctest::Contains("without retain_graph=true"), AutogradError);
+}
+
+TEST_CASE("an error in a remote node fails the whole pass, naming the worker -- the context still cleans up") {
+  LocalWorld world(3, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({3}, 11);
+  {
+    autograd::Context ctx(world[0]);
+    auto y = world[0].rpc_sync<torch::Tensor>("worker1", "explode", x);
+    auto z = world[0].rpc_sync<torch::Tensor>("worker2", "mul_pair", x, x);
+    std::string msg;
+    try {
+      ctx.backward({(y + z).sum()});
+    } catch (const RpcError& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("worker worker1") != std::string::npos);
+    CHECK(msg.find("backward exploded") != std::string::npos);
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}
+
+TEST_CASE("context cleanup reaches every worker it touched, also through nested calls") {
+  LocalWorld world(4, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({2}, 12);
+  {
+    autograd::Context ctx(world[0]);
+    // worker0 only talks to worker1; worker1 talks to worker2 and worker3.
+    world[0].rpc_sync<torch::Tensor>("worker1", "chain", std::vector<std::string>{"worker2", "worker3"}, x);
+    CHECK(eventually([&] { return contexts_on(world[3]) == 1; }));
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}
+
+TEST_CASE("nothing is recorded outside a context or for tensors without grad") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({2}, 13);
+  auto y = world[0].rpc_sync<torch::Tensor>("worker1", "mul_pair", x, x);
+  CHECK(y.requires_grad());  // a fresh leaf: the flag travels, no graph does
+  CHECK(y.grad_fn() == nullptr);
+  CHECK(world[0].autograd_debug_info().at("num_send_functions") == 0);
+  CHECK(world[1].autograd_debug_info().at("num_recv_functions") == 0);
+  {
+    autograd::Context ctx(world[0]);
+    world[0].rpc_sync<torch::Tensor>("worker1", "mul_pair", torch::ones({2}), torch::ones({2}));
+    CHECK(world[0].autograd_debug_info().at("num_send_functions") == 0);
+  }
+}
