@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
@@ -26,6 +27,9 @@ struct name_store_state {
   std::map<WorkerId, Joiner> joined;  // by rank; complete at world_size
   bool complete = false;
   uint64_t next_seq = 1;
+  // The final barrier: ranks that are connected to all their peers.
+  std::set<WorkerId> connected;
+  std::vector<caf::typed_response_promise<bool>> barrier;
 };
 
 using name_store_pointer = name_store_actor::stateful_pointer<name_store_state>;
@@ -149,6 +153,19 @@ name_store_actor spawn_name_store(caf::actor_system& sys, JoinRequest reference)
           return rp;
         },
         [self](sweep_atom, uint64_t seq) { on_joiner_timeout(self, seq); },
+        [self](joined_atom, WorkerId rank) -> caf::result<bool> {
+          // init_rpc returns on every worker only once every worker can call
+          // every other one (and so can make nested calls at once).
+          auto& st = self->state;
+          st.connected.insert(rank);
+          auto rp = self->make_response_promise<bool>();
+          st.barrier.push_back(rp);
+          if (st.connected.size() == size_t(st.reference.world_size)) {
+            for (auto& p : st.barrier) p.deliver(true);
+            st.barrier.clear();
+          }
+          return rp;
+        },
         [self](info_atom) {
           std::vector<WorkerRecord> out;
           for (const auto& [rank, j] : self->state.joined) out.push_back(j.record);

@@ -14,6 +14,7 @@ namespace castor::detail {
 using name_store_actor = caf::typed_actor<
     caf::replies_to<join_atom, JoinRequest>::with<JoinReply>,
     caf::replies_to<info_atom>::with<std::vector<WorkerRecord>>,
+    caf::replies_to<joined_atom, WorkerId>::with<bool>,  // barrier: every rank is connected
     caf::reacts_to<sweep_atom, uint64_t>>;  // a joiner's time is up (local timer)
 
 /// `reference` is rank 0's own join data: every joiner must match its world

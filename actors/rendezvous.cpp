@@ -164,6 +164,14 @@ void join_world(Runtime& rt) {
     fail(rt.name, ErrorKind::Timeout,
          "timed out after " + std::to_string(rt.opts.init_timeout.count()) +
              " ms waiting for higher ranks to connect");
+  // From here this worker can call every peer: a call that arrives before
+  // init_rpc returns here may already make nested calls.
+  rt.state.store(RunState::running);
+  bool all_connected = false;
+  self->request(master, left_until(deadline), joined_atom::value, rt.rank)
+      .receive([&](bool b) { all_connected = b; }, [](caf::error&) {});
+  if (!all_connected)
+    fail(rt.name, ErrorKind::Timeout, "timed out waiting for every worker to connect to every other one");
 }
 
 }  // namespace castor::detail

@@ -68,6 +68,10 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         if (!self->state.name_store) return JoinReply{false, false, self->state.rt->name + " is not the rendezvous master", {}};
         return self->delegate(self->state.name_store, atm, std::move(req));
       },
+      [self](joined_atom atm, WorkerId rank) -> caf::result<bool> {
+        if (!self->state.name_store) return false;
+        return self->delegate(self->state.name_store, atm, rank);
+      },
       [self](info_atom atm) -> caf::result<std::vector<WorkerRecord>> {
         if (!self->state.name_store) return std::vector<WorkerRecord>{};
         return self->delegate(self->state.name_store, atm);

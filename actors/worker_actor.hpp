@@ -57,6 +57,7 @@ using worker_peer = caf::typed_actor<
     caf::reacts_to<ContextControl>,                                    // autograd context cleanup / abort
     caf::replies_to<join_atom, JoinRequest>::with<JoinReply>,          // rendezvous (rank 0)
     caf::replies_to<info_atom>::with<std::vector<WorkerRecord>>,       // who joined (rank 0)
+    caf::replies_to<joined_atom, WorkerId>::with<bool>,                // init barrier (rank 0)
     caf::reacts_to<shutdown_atom, WorkerId>,                           // a worker entered shutdown (rank 0)
     caf::replies_to<probe_atom, int64_t>::with<TerminationReport>,     // termination wave
     caf::replies_to<done_atom>::with<bool>>;                           // everyone is done

@@ -74,11 +74,12 @@ double median_us(int n, const std::function<void()>& f, int warmup) {
   return median(std::move(samples));
 }
 
-BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak) {
+BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak,
+                       AutogradMode mode) {
   auto port = free_port();
   for (int r = 1; r < world_size; ++r) {
     std::vector<std::string> args{opts.self_path, "_worker", std::to_string(r), std::to_string(world_size),
-                                  std::to_string(port)};
+                                  std::to_string(port), to_string(mode)};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -108,7 +109,9 @@ BenchWorld::~BenchWorld() {
 int run_peer(int argc, char** argv) {
   if (argc < 5) return 2;
   try {
-    auto w = init_rpc(bench_options(std::atoi(argv[2]), std::atoi(argv[3]), uint16_t(std::atoi(argv[4]))));
+    auto o = bench_options(std::atoi(argv[2]), std::atoi(argv[3]), uint16_t(std::atoi(argv[4])));
+    if (argc > 5) o.autograd_mode = std::string(argv[5]) == "fast" ? AutogradMode::fast : AutogradMode::smart;
+    auto w = init_rpc(o);
     w.shutdown();
     return 0;
   } catch (const std::exception& e) {

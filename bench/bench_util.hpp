@@ -39,7 +39,9 @@ double median(std::vector<double> xs);
 /// binary and joins as rank 0. The peers serve until rank 0 shuts down.
 class BenchWorld {
  public:
-  BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak = {});
+  /// `mode` is passed to the peer processes too (they must agree).
+  BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak = {},
+             AutogradMode mode = AutogradMode::smart);
   ~BenchWorld();
   Worker& self() { return *worker_; }
   int peer_pid(int rank) const { return pids_.at(size_t(rank - 1)); }
@@ -49,7 +51,7 @@ class BenchWorld {
   std::optional<Worker> worker_;
 };
 
-/// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT`).
+/// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT MODE`).
 int run_peer(int argc, char** argv);
 
 /// Runs bench/pytorch_bench.py for `suites` and returns its figures.
