@@ -9,6 +9,7 @@
 
 #include "actors/runtime.hpp"
 #include "actors/thread_context.hpp"
+#include "engine/lineage.hpp"
 
 namespace castor::detail {
 namespace {
@@ -77,9 +78,13 @@ void AutogradRuntime::on_send(ContextId ctx, const std::vector<Value*>& values, 
     edges.push_back(torch::autograd::impl::gradient_edge(*t));
     node->add_input_metadata(*t);
   }
+  if (mode() == AutogradMode::smart) node->lineage = lineage_of(ctx, edges);
   node->set_next_edges(std::move(edges));
   meta.message = node->id();
+  meta.lineage = node->lineage;
   counters_.sends.fetch_add(1);
+  counters_.sends_total.fetch_add(1);
+  counters_.lineage_bytes.fetch_add(int64_t(meta.lineage.size() * sizeof(uint64_t)));
   caf::anon_send(actor, RegisterSend{std::move(node)});
 }
 
@@ -89,7 +94,7 @@ void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Val
   if (!actor) return;
   caf::anon_send(actor, peer_atom::value, from);
   if (!meta.message.valid()) return;
-  auto node = std::make_shared<RecvRpcBackward>(meta.message, from);
+  auto node = std::make_shared<RecvRpcBackward>(meta.message, from, meta.context);
   node->lineage = meta.lineage;
   for (auto* v : values)
     v->for_each_tensor([&](at::Tensor& t) {
@@ -140,7 +145,9 @@ std::map<std::string, int64_t> AutogradRuntime::debug_info() const {
   return {{"num_autograd_contexts", counters_.contexts.load()},
           {"num_send_functions", counters_.sends.load()},
           {"num_recv_functions", counters_.recvs.load()},
-          {"num_running_graph_tasks", counters_.graph_tasks.load()}};
+          {"num_running_graph_tasks", counters_.graph_tasks.load()},
+          {"send_functions_total", counters_.sends_total.load()},
+          {"lineage_bytes_total", counters_.lineage_bytes.load()}};
 }
 
 bool AutogradRuntime::idle() const { return counters_.graph_tasks.load() == 0; }

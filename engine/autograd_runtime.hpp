@@ -20,6 +20,8 @@ struct AutogradCounters {
   std::atomic<int64_t> sends{0};
   std::atomic<int64_t> recvs{0};
   std::atomic<int64_t> graph_tasks{0};
+  std::atomic<int64_t> sends_total{0};    // send functions ever attached
+  std::atomic<int64_t> lineage_bytes{0};  // bytes of lineage those sends carried
 };
 
 class AutogradRuntime : public AutogradHooks {

@@ -105,9 +105,11 @@ void start_root(context_pointer self, StartBackward&& sb) {
     grads.push_back(at::ones_like(r, at::MemoryFormat::Preserve));
   }
   auto core = std::make_shared<GraphTaskCore>(sb.retain_graph);
-  core->compute_dependencies(edges, participating_sends(*st.ar, st.sends, edges, std::nullopt));
+  auto part = participating_sends(st.ar->mode(), st.id, st.sends, edges, std::nullopt);
+  core->compute_dependencies(edges, part.sends);
   core->add_root_grads(edges, std::move(grads));
   TaskStart start;
+  start.participants = std::move(part.ids);
   start.context = st.id;
   start.retain_graph = sb.retain_graph;
   start.timeout = sb.timeout;
@@ -132,10 +134,10 @@ void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
   // The first gradient of a pass to reach this worker starts its part.
   if (auto why = refuse_pass(self)) return answer(st.rt, ig, context_error(self, *why));
   auto core = std::make_shared<GraphTaskCore>(ig.grad.retain_graph);
-  std::optional<std::vector<uint64_t>> participants;
-  if (!ig.grad.participants.empty()) participants = ig.grad.participants;
-  core->compute_dependencies({}, participating_sends(*st.ar, st.sends, {}, participants));
+  auto part = participating_sends(st.ar->mode(), st.id, st.sends, {}, ig.grad.participants);
+  core->compute_dependencies({}, part.sends);
   TaskStart start;
+  start.participants = std::move(part.ids);
   start.context = st.id;
   start.retain_graph = ig.grad.retain_graph;
   start.timeout = std::chrono::milliseconds(ig.grad.timeout_ms);

@@ -37,7 +37,9 @@ class SendRpcBackward : public torch::autograd::Node {
 /// instead of applying it (see Note [FAST mode]).
 class RecvRpcBackward : public torch::autograd::Node {
  public:
-  RecvRpcBackward(AutogradMessageId send_id, WorkerId from) : send_id_(send_id), from_(from) {}
+  RecvRpcBackward(AutogradMessageId send_id, WorkerId from, ContextId context)
+      : send_id_(send_id), from_(from), context_(context) {}
+  ContextId context() const { return context_; }
   std::string name() const override { return "castor::RecvRpcBackward"; }
   AutogradMessageId send_id() const { return send_id_; }
   WorkerId from() const { return from_; }
@@ -50,6 +52,7 @@ class RecvRpcBackward : public torch::autograd::Node {
  private:
   AutogradMessageId send_id_;
   WorkerId from_;
+  ContextId context_;
 };
 
 }  // namespace castor::detail

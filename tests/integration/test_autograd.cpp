@@ -2,6 +2,7 @@
 // those of the same computation run locally with plain libtorch autograd.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include <torch/torch.h>
@@ -31,8 +32,11 @@ torch::Tensor leaf(std::vector<int64_t> sizes, int seed) {
 }
 torch::Tensor twin(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
 bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allclose(a, b, 1e-6, 1e-6); }
+// These oracle tests run twice (see tests/CMakeLists.txt): in FAST mode and,
+// with CASTOR_TEST_AUTOGRAD_MODE=smart, in SMART mode.
 WorkerOptions fast(WorkerOptions& o) {
-  o.autograd_mode = AutogradMode::fast;
+  const char* mode = std::getenv("CASTOR_TEST_AUTOGRAD_MODE");
+  o.autograd_mode = mode && std::string(mode) == "smart" ? AutogradMode::smart : AutogradMode::fast;
   return o;
 }
 int64_t contexts_on(Worker& w) { return w.autograd_debug_info().at("num_autograd_contexts"); }
