@@ -49,7 +49,9 @@ class RRefHooks {
   virtual void handle_ack(RRefControlAck&& ack) = 0;
   virtual void on_peer_down(WorkerId rank) = 0;
 
-  /// Graceful shutdown began here: every local RRef is released.
+  /// Graceful shutdown: every RRef alive here now is released (called when
+  /// shutdown begins, and again whenever nothing else runs, for RRefs made
+  /// while this worker kept serving others).
   virtual void on_shutdown_begin() = 0;
   /// No control message awaits an ack and no owner is alive here.
   virtual bool idle() const = 0;

@@ -19,10 +19,21 @@ void Runtime::teardown() {
   if (autograd) autograd->stop();
   if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   actor = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(services_mtx_);
+    services_.clear();  // their actors end with the system below
+  }
   system.reset();
   cfg.reset();
   state.store(RunState::stopped);
   view.reset();  // breaks the cycle runtime -> view -> runtime
+}
+
+std::shared_ptr<void> Runtime::service(const std::string& key, const std::function<std::shared_ptr<void>()>& make) {
+  std::lock_guard<std::mutex> lock(services_mtx_);
+  auto& slot = services_[key];
+  if (!slot) slot = make();
+  return slot;
 }
 
 std::string Runtime::name_of(WorkerId r) const {

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -66,6 +69,12 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   MessageCounters counters;
   std::atomic<RunState> state{RunState::starting};
 
+ private:
+  std::mutex services_mtx_;
+  std::map<std::string, std::shared_ptr<void>> services_;
+
+ public:
+
   /// Name of a rank for messages ("worker1"), or "rank N" if unknown.
   std::string name_of(WorkerId r) const;
 
@@ -78,6 +87,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
 
   /// Posts to the executor; false if it refused (saturated or stopped).
   bool post(Executor::Task task, Executor::Task reject = {});
+
+  /// A per-worker service of a higher layer (e.g. the local optimizer actor),
+  /// made by `make` on first use. Thread-safe.
+  std::shared_ptr<void> service(const std::string& key, const std::function<std::shared_ptr<void>()>& make);
 
   /// Where then-callbacks of this worker's futures run.
   CallbackRunner callback_runner() const;

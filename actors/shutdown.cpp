@@ -160,8 +160,13 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   rep.rank = rt->rank;
   // Read `in_flight` and the executor before the counters: a reply counted
   // after these reads shows up as an imbalance or as a change next wave.
-  bool idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty() &&
-              (!rt->rrefs || rt->rrefs->idle()) && (!rt->autograd || rt->autograd->idle());
+  bool calls_idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty();
+  bool rrefs_idle = !rt->rrefs || rt->rrefs->idle();
+  // Every worker has entered shutdown (probes start only then) and no code
+  // runs here: RRefs made since shutdown began can only be held by user data
+  // that nothing will drop any more, so they are released too.
+  if (calls_idle && !rrefs_idle) rt->rrefs->on_shutdown_begin();
+  bool idle = calls_idle && rrefs_idle && (!rt->autograd || rt->autograd->idle());
   rep.sent = rt->counters.sent.load();
   rep.received = rt->counters.received.load();
   rep.idle = idle;

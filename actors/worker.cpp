@@ -79,8 +79,8 @@ Worker init_rpc(WorkerOptions opts) {
   ex.name = opts.name;
   ex.on_thread_start = [view = rt->view.get()] { detail::set_thread_worker(view); };
   rt->executor = std::make_shared<detail::Executor>(std::move(ex));
+  detail::install_layers(*rt);  // first: it registers functions the join compares
   rt->actor = detail::spawn_worker_actor(*rt);
-  detail::install_layers(*rt);
   try {
     detail::join_world(*rt);
   } catch (...) {

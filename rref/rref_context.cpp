@@ -254,12 +254,14 @@ void resolve_argument(context_pointer self, uint64_t id, size_t index) {
   p.outstanding++;
   auto me = caf::actor_cast<rref_context_actor>(self);
   if (state->is_owner()) {
+    // On the owner the function gets the stored value itself, as local_value()
+    // would: a parameter passed this way stays the leaf its gradients reach.
     auto holder = state->holder;
     holder->on_set([me, id, index, holder] {
       if (auto err = holder->error())
         caf::anon_send(me, ArgumentReady{id, index, Outcome::failure(*err)});
       else
-        caf::anon_send(me, ArgumentReady{id, index, Outcome::success(holder->value().deep_copy())});
+        caf::anon_send(me, ArgumentReady{id, index, Outcome::success(holder->value())});
     });
     return;
   }
@@ -639,7 +641,6 @@ void RRefRuntime::register_owner(RRefId id, std::shared_ptr<Holder> holder) {
 
 void RRefRuntime::track(const RRefStatePtr& s) {
   std::lock_guard<std::mutex> lock(live_mtx_);
-  if (released_all_) s->released = true;  // made after shutdown began: nothing to release
   if (live_.size() >= 1024 && live_.size() >= 2 * live_alive_hint_) {
     live_.erase(std::remove_if(live_.begin(), live_.end(), [](const auto& w) { return w.expired(); }), live_.end());
     live_alive_hint_ = live_.size();
@@ -649,7 +650,6 @@ void RRefRuntime::track(const RRefStatePtr& s) {
 
 std::vector<RRefStatePtr> RRefRuntime::take_live_states() {
   std::lock_guard<std::mutex> lock(live_mtx_);
-  released_all_ = true;
   std::vector<RRefStatePtr> out;
   for (auto& w : live_)
     if (auto s = w.lock()) out.push_back(std::move(s));

@@ -153,7 +153,7 @@ class RRefRuntime : public RRefHooks {
   RRefStatePtr new_owner_state(RRefId id, std::shared_ptr<Holder> holder, std::string type_name);
   void register_owner(RRefId id, std::shared_ptr<Holder> holder);
   void state_dropped(RRefState& s);
-  /// Every handle state alive here; later ones are born released (shutdown).
+  /// Every handle state alive here now (shutdown releases them).
   std::vector<RRefStatePtr> take_live_states();
   FaultInjector& faults() { return faults_; }
 
@@ -172,7 +172,6 @@ class RRefRuntime : public RRefHooks {
   mutable std::mutex live_mtx_;
   std::vector<std::weak_ptr<RRefState>> live_;
   size_t live_alive_hint_ = 0;
-  bool released_all_ = false;
   FaultInjector faults_;
 };
 

@@ -227,3 +227,18 @@ CASTOR_FUNCTION(param_grad, [](int64_t context_id) {
 CASTOR_FUNCTION(param_grad_count, [](int64_t context_id) {
   return int64_t(castor::autograd::get_gradients(current_worker(), context_id).size());
 });
+
+// -- optimizer and remote modules ---------------------------------------------
+
+#include <torch/nn/modules/linear.h>
+
+#include "optimizer/remote_module.hpp"
+
+CASTOR_REMOTE_MODULE(torch::nn::Linear, int64_t, int64_t);
+// Parameter RRefs of one Linear(3, 1) kept by the worker that first runs this.
+CASTOR_FUNCTION(shared_linear_params, [] {
+  static torch::nn::Linear layer(3, 1);
+  std::vector<RRef<at::Tensor>> out;
+  for (auto& p : layer->parameters()) out.push_back(current_worker().make_rref(p));
+  return out;
+});

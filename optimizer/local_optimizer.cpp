@@ -1,0 +1,203 @@
+// The local optimizer actor and the functions that reach it.
+#include "optimizer/local_optimizer.hpp"
+
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include <caf/allowed_unsafe_message_type.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+#include <torch/optim/adagrad.h>
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/rmsprop.h>
+#include <torch/optim/sgd.h>
+
+#include "actors/current_worker.hpp"
+#include "actors/runtime.hpp"
+#include "engine/context.hpp"
+#include "rref/rref.hpp"
+
+namespace castor::detail {
+namespace {
+
+/// One job for the optimizer actor: runs on the executor, one at a time.
+struct OptimJob {
+  std::function<void()> run;
+};
+
+}  // namespace
+}  // namespace castor::detail
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::OptimJob)
+
+namespace castor::detail {
+namespace {
+
+using local_optimizer_actor = caf::typed_actor<caf::reacts_to<OptimJob>, caf::reacts_to<released_atom>>;
+
+struct optimizer_state {
+  static inline const char* name = "castor.local_optimizer";
+  Runtime* rt = nullptr;
+  std::deque<OptimJob> queue;  // jobs waiting for the previous one to finish
+  bool busy = false;
+};
+
+using optimizer_pointer = local_optimizer_actor::stateful_pointer<optimizer_state>;
+
+void pump(optimizer_pointer self) {
+  auto& st = self->state;
+  if (st.busy || st.queue.empty()) return;
+  auto job = std::move(st.queue.front());
+  st.queue.pop_front();
+  st.busy = true;
+  auto me = caf::actor_cast<local_optimizer_actor>(self);
+  if (!st.rt->post([job = std::move(job), me] {
+        job.run();
+        caf::anon_send(me, released_atom::value);
+      }))
+    st.busy = false;
+}
+
+local_optimizer_actor::behavior_type optimizer_behavior(optimizer_pointer self, Runtime* rt) {
+  self->state.rt = rt;
+  return {
+      [self](OptimJob& job) {
+        self->state.queue.push_back(std::move(job));
+        pump(self);
+      },
+      [self](released_atom) {
+        self->state.busy = false;
+        pump(self);
+      },
+  };
+}
+
+/// The optimizers of one worker, by id; touched only by the actor's jobs,
+/// which run one at a time.
+struct LocalOptimizers {
+  ~LocalOptimizers() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
+  local_optimizer_actor actor;
+  std::map<int64_t, std::pair<std::unique_ptr<torch::optim::Optimizer>, std::vector<at::Tensor>>> optimizers;
+  int64_t next_id = 1;
+};
+
+std::shared_ptr<LocalOptimizers> local_optimizers(Runtime& rt) {
+  auto svc = rt.service("castor.local_optimizer", [&rt] {
+    auto lo = std::make_shared<LocalOptimizers>();
+    lo->actor = rt.system->spawn(optimizer_behavior, &rt);
+    return std::static_pointer_cast<void>(lo);
+  });
+  return std::static_pointer_cast<LocalOptimizers>(svc);
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optim::Spec& spec, std::vector<at::Tensor> params) {
+  namespace to = torch::optim;
+  if (auto* s = std::get_if<optim::SGD>(&spec))
+    return std::make_unique<to::SGD>(params, to::SGDOptions(s->lr)
+                                                 .momentum(s->momentum)
+                                                 .dampening(s->dampening)
+                                                 .weight_decay(s->weight_decay)
+                                                 .nesterov(s->nesterov));
+  if (auto* s = std::get_if<optim::Adam>(&spec))
+    return std::make_unique<to::Adam>(params, to::AdamOptions(s->lr)
+                                                  .betas({s->beta1, s->beta2})
+                                                  .eps(s->eps)
+                                                  .weight_decay(s->weight_decay)
+                                                  .amsgrad(s->amsgrad));
+  if (auto* s = std::get_if<optim::AdamW>(&spec))
+    return std::make_unique<to::AdamW>(params, to::AdamWOptions(s->lr)
+                                                   .betas({s->beta1, s->beta2})
+                                                   .eps(s->eps)
+                                                   .weight_decay(s->weight_decay)
+                                                   .amsgrad(s->amsgrad));
+  if (auto* s = std::get_if<optim::Adagrad>(&spec))
+    return std::make_unique<to::Adagrad>(params, to::AdagradOptions(s->lr)
+                                                     .lr_decay(s->lr_decay)
+                                                     .weight_decay(s->weight_decay)
+                                                     .initial_accumulator_value(s->initial_accumulator_value)
+                                                     .eps(s->eps));
+  auto* s = std::get_if<optim::RMSprop>(&spec);
+  return std::make_unique<to::RMSprop>(params, to::RMSpropOptions(s->lr)
+                                                   .alpha(s->alpha)
+                                                   .eps(s->eps)
+                                                   .weight_decay(s->weight_decay)
+                                                   .momentum(s->momentum)
+                                                   .centered(s->centered));
+}
+
+void run_step(Runtime& rt, LocalOptimizers& lo, int64_t id, int64_t context) {
+  auto it = lo.optimizers.find(id);
+  if (it == lo.optimizers.end())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, rt.name, "worker " + rt.name + " has no optimizer " + std::to_string(id)});
+  autograd::GradientMap grads;
+  try {
+    grads = autograd::get_gradients(*rt.view, context);
+  } catch (const RpcError& e) {
+    if (e.kind() != ErrorKind::Lookup) throw;  // this worker never took part: no gradients here
+  }
+  auto& [opt, params] = it->second;
+  // The context's gradients stand in for .grad during the step; .grad itself
+  // is put back afterwards.
+  std::vector<at::Tensor> saved;
+  saved.reserve(params.size());
+  for (auto& p : params) {
+    saved.push_back(p.grad());
+    auto g = grads.find(p);
+    p.mutable_grad() = g == grads.end() ? at::Tensor() : g->second;
+  }
+  opt->step();
+  for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = saved[i];
+}
+
+}  // namespace
+
+Future<int64_t> create_local_optimizer(Runtime& rt, optim::Spec spec, std::vector<at::Tensor> params) {
+  auto lo = local_optimizers(rt);
+  Promise<int64_t> p(rt.callback_runner());
+  caf::anon_send(lo->actor, OptimJob{[lo, p, spec = std::move(spec), params = std::move(params)] {
+    try {
+      auto id = lo->next_id++;
+      lo->optimizers.emplace(id, std::make_pair(make_optimizer(spec, params), params));
+      p.try_set_value(id);
+    } catch (...) {
+      p.try_set_error(error_from_exception(std::current_exception()));
+    }
+  }});
+  return p.future();
+}
+
+Future<bool> step_local_optimizer(Runtime& rt, int64_t id, int64_t context) {
+  auto lo = local_optimizers(rt);
+  Promise<bool> p(rt.callback_runner());
+  auto* rtp = &rt;
+  caf::anon_send(lo->actor, OptimJob{[lo, p, rtp, id, context] {
+    try {
+      run_step(*rtp, *lo, id, context);
+      p.try_set_value(true);
+    } catch (...) {
+      p.try_set_error(error_from_exception(std::current_exception()));
+    }
+  }});
+  return p.future();
+}
+
+void register_optimizer_functions() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto& reg = FunctionRegistry::instance();
+    reg.add(make_function_entry("castor.optim.create", [](Value spec, std::vector<RRef<at::Tensor>> params) {
+      auto& w = current_worker();
+      std::vector<at::Tensor> tensors;
+      for (auto& r : params) tensors.push_back(r.local_value());  // the parameters themselves
+      return create_local_optimizer(w.runtime(), optim::spec_from_value(spec), std::move(tensors));
+    }));
+    reg.add(make_function_entry("castor.optim.step", [](int64_t id, int64_t context) {
+      return step_local_optimizer(current_worker().runtime(), id, context);
+    }));
+  });
+}
+
+}  // namespace castor::detail

@@ -1,0 +1,87 @@
+// RemoteModule<M>: a libtorch module built on another worker; forward()
+// runs there (recorded by distributed autograd inside a context), and
+// parameter_rrefs() gives RRefs to its parameters for a DistributedOptimizer.
+// Register each module type once: CASTOR_REMOTE_MODULE(M, constructor args...).
+#pragma once
+
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "actors/current_worker.hpp"
+#include "rref/rref.hpp"
+
+namespace castor::nn {
+
+namespace detail {
+template <class M, class = void>
+struct is_holder : std::false_type {};
+template <class M>
+struct is_holder<M, std::void_t<decltype(std::declval<M&>().operator->())>> : std::true_type {};
+}  // namespace detail
+
+/// What lives on the owner: the module, constructed there.
+template <class M>
+class ModuleHost {
+ public:
+  template <class... Args>
+  explicit ModuleHost(Args&&... args) : module_(std::forward<Args>(args)...) {}
+
+  at::Tensor forward(at::Tensor x) {
+    if constexpr (detail::is_holder<M>::value)
+      return module_->forward(x);
+    else
+      return module_.forward(x);
+  }
+
+  /// RRefs owned here to the parameters themselves (an optimizer updates them in place).
+  std::vector<RRef<at::Tensor>> parameter_rrefs() {
+    std::vector<RRef<at::Tensor>> out;
+    auto& w = current_worker();
+    for (auto& p : parameters()) out.push_back(w.make_rref(p));
+    return out;
+  }
+
+  std::vector<at::Tensor> parameters() {
+    if constexpr (detail::is_holder<M>::value)
+      return module_->parameters();
+    else
+      return module_.parameters();
+  }
+
+  M& module() { return module_; }
+
+ private:
+  M module_;
+};
+
+template <class M>
+class RemoteModule {
+ public:
+  /// Builds M(args...) on worker `on`.
+  template <class... Args>
+  RemoteModule(Worker& w, const std::string& on, Args&&... args)
+      : rref_(w.remote<ModuleHost<M>>(on, castor::detail::type_name_of<ModuleHost<M>>(), std::forward<Args>(args)...)) {}
+
+  at::Tensor forward(const at::Tensor& x) const { return rref_.template rpc_sync<at::Tensor>("forward", x); }
+  Future<at::Tensor> forward_async(const at::Tensor& x) const { return rref_.template rpc_async<at::Tensor>("forward", x); }
+  std::vector<RRef<at::Tensor>> parameter_rrefs() const {
+    return rref_.template rpc_sync<std::vector<RRef<at::Tensor>>>("parameter_rrefs");
+  }
+  const RRef<ModuleHost<M>>& module_rref() const { return rref_; }
+
+ private:
+  RRef<ModuleHost<M>> rref_;
+};
+
+}  // namespace castor::nn
+
+/// Makes module type M usable with RemoteModule<M>, constructed from
+/// `Args...`: CASTOR_REMOTE_MODULE(torch::nn::Linear, int64_t, int64_t);
+#define CASTOR_REMOTE_MODULE(M, ...)                               \
+  CASTOR_CLASS(castor::nn::ModuleHost<M>)                          \
+      .constructor<__VA_ARGS__>()                                  \
+      .method("forward", &castor::nn::ModuleHost<M>::forward)      \
+      .method("parameter_rrefs", &castor::nn::ModuleHost<M>::parameter_rrefs)
