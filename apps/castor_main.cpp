@@ -15,7 +15,10 @@ using namespace castor::apps;
 const char* kUsage =
     "usage: castor <command> [...]\n"
     "commands:\n"
-    "  demo                       the main job: the demo app on local worker processes\n"
+    "  demo [flags]               the main job: parameter-server training on Fashion-MNIST with\n"
+    "                             1 server + 2 trainers (local processes), then the same model\n"
+    "                             trained in one process with libtorch for comparison; takes the\n"
+    "                             parameter-server flags (castor run parameter-server --help)\n"
     "  run <app> [--workers N] [app flags]   run an app on N local worker processes\n"
     "  apps                       list the apps and their flags\n"
     "  --help                     this text\n";
@@ -103,7 +106,11 @@ int main(int argc, char** argv) {
   }
   auto cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
-  if (cmd == "demo") return run_app("rpc-tour", rest);
+  if (cmd == "demo") {
+    std::vector<std::string> demo_args{"--compare", "--out", "castor-out/demo"};
+    demo_args.insert(demo_args.end(), rest.begin(), rest.end());  // later flags win
+    return run_app("parameter-server", demo_args);
+  }
   if (cmd == "apps") return list_apps();
   if (cmd == "run") {
     if (rest.empty()) {

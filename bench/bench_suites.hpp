@@ -10,5 +10,6 @@ namespace castor::bench {
 std::vector<Figure> bench_rpc(const Options& opts);
 std::vector<Figure> bench_rref(const Options& opts);
 std::vector<Figure> bench_autograd(const Options& opts);
+std::vector<Figure> bench_train(const Options& opts);
 
 }  // namespace castor::bench

@@ -120,10 +120,11 @@ int run_peer(int argc, char** argv) {
   }
 }
 
-std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites, int reps) {
-  std::string cmd = "/usr/bin/python3 " + bench_dir() + "/pytorch_bench.py";
-  for (const auto& s : suites) cmd += " " + s;
-  cmd += " --port " + std::to_string(free_port()) + " --reps " + std::to_string(reps) + " 2>/dev/null";
+namespace {
+
+// Runs one of bench/'s Python scripts and reads the JSON object it prints.
+std::map<std::string, double> run_python_json(const std::string& script, const std::string& args) {
+  std::string cmd = "/usr/bin/python3 " + bench_dir() + "/" + script + " " + args + " 2>/dev/null";
   std::map<std::string, double> out;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -138,6 +139,28 @@ std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites
   }
   auto j = nlohmann::json::parse(text.substr(start, text.find('}', start) - start + 1));
   for (auto it = j.begin(); it != j.end(); ++it) out[it.key()] = it.value().get<double>();
+  return out;
+}
+
+}  // namespace
+
+std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites, int reps) {
+  std::map<std::string, double> out;
+  std::string micro;
+  for (const auto& s : suites) {
+    if (s == "train") {
+      auto ps = run_python_json("pytorch_ps_bench.py", "--epochs " + std::to_string(train_epochs(reps)) +
+                                                           " --port " + std::to_string(free_port()));
+      out.insert(ps.begin(), ps.end());
+    } else {
+      micro += " " + s;
+    }
+  }
+  if (!micro.empty()) {
+    auto m = run_python_json("pytorch_bench.py", micro + " --port " + std::to_string(free_port()) + " --reps " +
+                                                     std::to_string(reps));
+    out.insert(m.begin(), m.end());
+  }
   return out;
 }
 

@@ -54,7 +54,11 @@ class BenchWorld {
 /// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT MODE`).
 int run_peer(int argc, char** argv);
 
-/// Runs bench/pytorch_bench.py for `suites` and returns its figures.
+/// Epochs the train suite runs on each side (the median epoch is reported).
+inline int train_epochs(int reps) { return 2 + reps; }
+
+/// Runs PyTorch's side for `suites` (bench/pytorch_bench.py, and
+/// bench/pytorch_ps_bench.py for train) and returns its figures.
 std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites, int reps);
 
 /// Prints the figures as a table with ratios, or as one JSON object.

@@ -23,15 +23,28 @@ struct Child {
   pid_t pid = -1;
   int fd = -1;  // stdout and stderr, merged
   std::string partial;
+  bool redrawn = false;  // a progress redraw is on the terminal's last line
   bool exited = false;
   int code = 0;
 };
 
+// Prints the child's complete lines with its name in front. A segment ended
+// by '\r' is a progress-bar redraw: shown in place on a terminal, dropped in
+// a log (the bar's final state ends with '\n' and is kept).
 void flush_lines(Child& c, bool all) {
+  static const bool terminal = ::isatty(1) == 1;
   size_t pos;
-  while ((pos = c.partial.find('\n')) != std::string::npos) {
-    std::printf("[%s] %s\n", c.name.c_str(), c.partial.substr(0, pos).c_str());
+  while ((pos = c.partial.find_first_of("\r\n")) != std::string::npos) {
+    auto segment = c.partial.substr(0, pos);
+    bool redraw = c.partial[pos] == '\r';
     c.partial.erase(0, pos + 1);
+    if (redraw) {
+      if (terminal && !segment.empty()) std::printf("\r[%s] %s\033[K", c.name.c_str(), segment.c_str());
+      c.redrawn = c.redrawn || (terminal && !segment.empty());
+      continue;
+    }
+    std::printf("%s[%s] %s\n", c.redrawn ? "\r\033[K" : "", c.name.c_str(), segment.c_str());
+    c.redrawn = false;
   }
   if (all && !c.partial.empty()) {
     std::printf("[%s] %s\n", c.name.c_str(), c.partial.c_str());
@@ -90,7 +103,8 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
     children.push_back(std::move(c));
   }
   LaunchResult result;
-  std::optional<std::chrono::steady_clock::time_point> kill_at;
+  bool killing = false;  // SIGTERM sent; SIGKILL at kill_at
+  auto kill_at = std::chrono::steady_clock::now();
   size_t alive = children.size();
   while (alive > 0) {
     std::vector<pollfd> fds;
@@ -124,13 +138,14 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
         std::printf("[launch] %s exited with %d; stopping the others\n", c.name.c_str(), c.code);
         for (auto& o : children)
           if (!o.exited) ::kill(o.pid, SIGTERM);
+        killing = true;
         kill_at = std::chrono::steady_clock::now() + grace;
       }
     }
-    if (kill_at && std::chrono::steady_clock::now() > *kill_at) {
+    if (killing && std::chrono::steady_clock::now() > kill_at) {
       for (auto& o : children)
         if (!o.exited) ::kill(o.pid, SIGKILL);
-      kill_at.reset();
+      killing = false;
     }
   }
   for (auto& c : children) {

@@ -123,7 +123,7 @@ TEST_CASE("remote objects: constructed on the owner, methods run there one at a 
   // A class that opts in to concurrency sees overlapping calls.
   auto s = world[0].remote<SharedCounter>("worker1", "SharedCounter");
   std::vector<Future<int64_t>> gs;
-  for (int i = 0; i < 4; ++i) gs.push_back(s.rpc_async<int64_t>("slow_add", 100, 1));
+  for (int i = 0; i < 4; ++i) gs.push_back(s.rpc_async<int64_t>("slow_add", 3000, 1));
   for (auto& g : gs) g.wait(milliseconds(20000));
   CHECK(s.rpc_sync<int64_t>("max_in_flight") > 1);
   // Errors name the class and method.

@@ -55,12 +55,16 @@ class SharedCounter {
  public:
   SharedCounter() = default;
   SharedCounter(const SharedCounter&) = delete;  // objects need not be copyable or movable
+  // Waits up to `ms` for another call to be in flight at the same time (so
+  // that a loaded machine cannot make concurrent calls look serialized).
   int64_t slow_add(int64_t ms, int64_t x) {
     int now = ++in_flight_;
     int seen = max_.load();
     while (now > seen && !max_.compare_exchange_weak(seen, now)) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (max_.load() < 2 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     --in_flight_;
     return total_ += x;
   }

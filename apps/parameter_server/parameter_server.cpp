@@ -1,0 +1,246 @@
+#include "parameter_server.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+#include <thread>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/optim/sgd.h>
+
+#include "apps/common/progress.hpp"
+#include "rref/class_registry.hpp"
+#include "rref/rref.hpp"
+
+namespace castor::apps::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// The trainer's shard: every trainers-th sample from rank-1 on, reshuffled
+// each epoch with a seed both runs agree on.
+at::Tensor shard_order(int64_t samples, int64_t rank, int64_t trainers, int64_t epoch, int64_t seed) {
+  auto shard = at::arange(rank - 1, samples, trainers, at::kLong);
+  auto gen = at::detail::createCPUGenerator(uint64_t(seed * 1000003 + epoch * 101 + rank));
+  return shard.index_select(0, at::randperm(shard.numel(), gen, at::kLong));
+}
+
+int64_t steps_per_epoch(int64_t samples, int64_t trainers, int64_t batch) {
+  int64_t steps = samples / (trainers * batch);
+  if (steps < 1)
+    throw std::invalid_argument("parameter-server: " + std::to_string(samples) + " training samples are too few for " +
+                                std::to_string(trainers) + " trainer(s) with --batch-size " + std::to_string(batch));
+  return steps;
+}
+
+}  // namespace
+
+ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, double momentum, int64_t seed,
+                                 bool sync)
+    : trainers_(trainers), sync_(sync) {
+  if (trainers < 1) throw std::invalid_argument("ParameterServer: needs at least one trainer");
+  if (hidden < 1) throw std::invalid_argument("ParameterServer: hidden size must be positive");
+  if (!(lr > 0)) throw std::invalid_argument("ParameterServer: learning rate must be positive");
+  params_ = init_mlp(hidden, uint64_t(seed));
+  for (auto& p : params_) {
+    p.requires_grad_(true);
+    pending_grads_.push_back(at::zeros_like(p));
+  }
+  optimizer_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(lr).momentum(momentum));
+}
+
+ParameterServer::~ParameterServer() = default;
+
+Params ParameterServer::parameters() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Params out;
+  for (const auto& p : params_) out.push_back(p.detach().clone());
+  return out;
+}
+
+Future<Params> ParameterServer::update(Params grads, double loss) {
+  if (grads.size() != params_.size())
+    throw std::invalid_argument("ParameterServer::update: expected " + std::to_string(params_.size()) +
+                                " gradients, got " + std::to_string(grads.size()));
+  for (size_t i = 0; i < grads.size(); ++i)
+    if (!grads[i].defined() || !grads[i].sizes().equals(params_[i].sizes()))
+      throw std::invalid_argument("ParameterServer::update: gradient " + std::to_string(i) + " has the wrong shape");
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++updates_;
+  loss_sum_ += loss;
+  if (!sync_) {
+    for (size_t i = 0; i < grads.size(); ++i) pending_grads_[i].copy_(grads[i]);
+    apply(1.0);
+    Params out;
+    for (const auto& p : params_) out.push_back(p.detach().clone());
+    return make_ready_future(std::move(out));
+  }
+  for (size_t i = 0; i < grads.size(); ++i) pending_grads_[i].add_(grads[i]);
+  auto round = round_;
+  if (++pending_ == trainers_) {
+    apply(double(trainers_));
+    pending_ = 0;
+    round_ = Promise<Params>();
+    Params out;  // one copy for all trainers of the round
+    for (const auto& p : params_) out.push_back(p.detach().clone());
+    round.set_value(std::move(out));
+  }
+  return round.future();
+}
+
+void ParameterServer::apply(double divisor) {
+  at::NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].mutable_grad() = pending_grads_[i].div(divisor);
+    pending_grads_[i].zero_();
+  }
+  optimizer_->step();
+}
+
+int64_t ParameterServer::updates() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return updates_;
+}
+
+double ParameterServer::take_epoch_loss() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  double mean = updates_ > 0 ? loss_sum_ / double(updates_) : 0;
+  updates_ = 0;
+  loss_sum_ = 0;
+  return mean;
+}
+
+Evaluation ParameterServer::evaluate(const Dataset& data) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ps::evaluate(params_, data);
+}
+
+}  // namespace castor::apps::ps
+
+using castor::RRef;
+using castor::apps::ps::ParameterServer;
+using castor::apps::ps::Params;
+
+CASTOR_CLASS(ParameterServer)
+    .constructor<int64_t, int64_t, double, double, int64_t, bool>()
+    .method("parameters", &ParameterServer::parameters)
+    .method("update", &ParameterServer::update);
+
+// One trainer's epoch: `steps` steps on its shard, each pushing gradients and
+// continuing from the parameters the server returns. Returns its mean loss.
+CASTOR_FUNCTION(ps_train_epoch, [](RRef<ParameterServer> server, int64_t rank, int64_t trainers, int64_t epoch,
+                                   int64_t steps, int64_t batch, int64_t seed, std::string data_dir,
+                                   int64_t limit) -> double {
+  using namespace castor::apps;
+  at::set_num_threads(1);  // several workers share this host's cores
+  const auto& data = cached_fashion_mnist("train", data_dir, limit);
+  auto order = ps::shard_order(data.size(), rank, trainers, epoch, seed);
+  auto params = ps::trainable_copy(server.rpc_sync<Params>("parameters"));
+  double loss_sum = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    auto idx = order.slice(0, s * batch, (s + 1) * batch);
+    for (auto& p : params) p.mutable_grad() = at::Tensor();
+    auto loss = ps::mlp_loss(params, data.images.index_select(0, idx), data.labels.index_select(0, idx));
+    loss.backward();
+    double l = loss.item<double>();
+    loss_sum += l;
+    Params grads;
+    for (auto& p : params) grads.push_back(p.grad());
+    auto fresh = server.rpc_sync<Params>("update", grads, l);
+    at::NoGradGuard no_grad;
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(fresh[i]);
+  }
+  return loss_sum / double(steps);
+});
+
+namespace castor::apps::ps {
+
+std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
+                                              const std::function<void(const EpochResult&)>& on_epoch) {
+  int64_t trainers = w.world_size() - 1;
+  if (trainers < 1) throw std::invalid_argument("parameter-server: needs at least 2 workers (a server and a trainer)");
+  at::set_num_threads(1);
+  const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
+  const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
+  int64_t steps = steps_per_epoch(train.size(), trainers, cfg.batch);
+  auto server = w.remote<ParameterServer>(w.name(), "ParameterServer", trainers, cfg.hidden, cfg.lr, cfg.momentum,
+                                          cfg.seed, cfg.sync);
+  server.rpc_sync<Params>("parameters");  // built (or its constructor's error thrown) before the epochs start
+  auto& ps = server.local_value();
+  std::vector<EpochResult> results;
+  const auto epoch_timeout = castor::Timeout{std::chrono::minutes(30)};
+  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(cfg.epochs), steps * trainers,
+                    cfg.progress);
+    auto start = Clock::now();
+    std::vector<Future<double>> running;
+    for (int64_t r = 1; r <= trainers; ++r)
+      running.push_back(w.rpc_async<double>(w.get_worker_info(r).name, "ps_train_epoch", server, r, trainers, epoch, steps,
+                                            cfg.batch, cfg.seed, cfg.data_dir, cfg.limit, epoch_timeout));
+    for (auto& f : running) {
+      while (!f.is_done()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        auto done = ps.updates();
+        char note[64];
+        std::snprintf(note, sizeof(note), "%.0f samples/s", double(done * cfg.batch) / seconds_since(start));
+        bar.update(done, note);
+      }
+      f.wait();  // throws the trainer's error, naming it
+    }
+    EpochResult r;
+    r.epoch = epoch;
+    r.seconds = seconds_since(start);
+    r.samples_per_s = double(steps * trainers * cfg.batch) / r.seconds;
+    r.train_loss = ps.take_epoch_loss();
+    r.test = ps.evaluate(test);
+    char note[128];
+    std::snprintf(note, sizeof(note), "loss %.4f  test accuracy %.4f  %.0f samples/s", r.train_loss, r.test.accuracy,
+                  r.samples_per_s);
+    bar.finish(note);
+    results.push_back(r);
+    if (on_epoch) on_epoch(r);
+  }
+  return results;
+}
+
+std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
+                                              const std::function<void(const EpochResult&)>& on_epoch) {
+  at::set_num_threads(1);
+  const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
+  const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
+  int64_t steps = steps_per_epoch(train.size(), trainers, cfg.batch);
+  int64_t batch = cfg.batch * trainers;
+  auto params = init_mlp(cfg.hidden, uint64_t(cfg.seed));
+  for (auto& p : params) p.requires_grad_(true);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
+  std::vector<EpochResult> results;
+  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    auto start = Clock::now();
+    auto order = shard_order(train.size(), 1, 1, epoch, cfg.seed);
+    double loss_sum = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      auto idx = order.slice(0, s * batch, (s + 1) * batch);
+      sgd.zero_grad();
+      auto loss = mlp_loss(params, train.images.index_select(0, idx), train.labels.index_select(0, idx));
+      loss.backward();
+      sgd.step();
+      loss_sum += loss.item<double>();
+    }
+    EpochResult r;
+    r.epoch = epoch;
+    r.seconds = seconds_since(start);
+    r.samples_per_s = double(steps * batch) / r.seconds;
+    r.train_loss = loss_sum / double(steps);
+    r.test = evaluate(params, test);
+    results.push_back(r);
+    if (on_epoch) on_epoch(r);
+  }
+  return results;
+}
+
+}  // namespace castor::apps::ps

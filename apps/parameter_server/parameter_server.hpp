@@ -1,0 +1,97 @@
+// Parameter-server training on Fashion-MNIST: the server (a remote object on
+// rank 0) holds the MLP and its optimizer; trainers (ranks 1..N) fetch the
+// parameters, compute gradients on their shard and push them.
+//
+// Note [Parameter-server modes]
+// sync  (batch-updating, as in PyTorch's tutorial): update() returns a Future
+//       that completes when every trainer has pushed its gradients for this
+//       round; the server then applies their average once and all trainers
+//       continue from the same parameters. Every trainer runs the same number
+//       of steps per epoch, or the last round would never complete.
+// async: every push is applied at once; trainers run at their own pace on
+//       parameters that may be a few updates old.
+// Either way the server object is only touched through its owner actor, one
+// call at a time, so no update is lost and no lock guards the model itself;
+// the mutex only lets the driver read progress and evaluate between epochs.
+#pragma once
+
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "actors/future.hpp"
+#include "actors/worker.hpp"
+#include "apps/parameter_server/mlp.hpp"
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace castor::apps::ps {
+
+struct PsConfig {
+  int64_t epochs = 5;
+  int64_t batch = 64;      // per trainer and step
+  double lr = 0.1;
+  double momentum = 0.9;   // SGD momentum on the server
+  int64_t hidden = 128;
+  int64_t seed = 1;
+  bool sync = true;
+  int64_t limit = -1;      // training samples used (all when <= 0)
+  int64_t test_limit = -1; // test samples used (all when <= 0)
+  std::string data_dir = default_fashion_mnist_dir();
+  bool progress = true;    // draw a progress bar per epoch
+};
+
+struct EpochResult {
+  int64_t epoch = 0;  // from 1
+  double train_loss = 0;
+  Evaluation test;
+  double seconds = 0;        // training time of the epoch, evaluation excluded
+  double samples_per_s = 0;
+};
+
+class ParameterServer {
+ public:
+  ParameterServer(int64_t trainers, int64_t hidden, double lr, double momentum, int64_t seed, bool sync);
+  ~ParameterServer();
+
+  /// The current parameters (copies: the caller may keep them).
+  Params parameters();
+
+  /// Pushes one step's gradients (and its loss, for the progress line);
+  /// completes with the parameters to continue from (see the Note).
+  Future<Params> update(Params grads, double loss);
+
+  // For the driver on the server's worker, between or during epochs.
+  int64_t updates() const;          // pushes since the last take_epoch_loss()
+  double take_epoch_loss();         // mean pushed loss since the last call
+  Evaluation evaluate(const Dataset& data);
+
+ private:
+  void apply(double divisor);
+
+  mutable std::mutex mutex_;
+  int64_t trainers_;
+  bool sync_;
+  Params params_;
+  Params pending_grads_;  // sync: the round's sum so far
+  int64_t pending_ = 0;
+  Promise<Params> round_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  int64_t updates_ = 0;
+  double loss_sum_ = 0;
+};
+
+/// Rank 0's side: builds the server, runs `cfg.epochs` epochs on the
+/// trainers (every other worker), evaluates after each, calls `on_epoch`.
+std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
+                                              const std::function<void(const EpochResult&)>& on_epoch = {});
+
+/// The same model, data and seed trained in one process with libtorch's
+/// SGD on batches of `batch * trainers` (what a sync round averages).
+std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
+                                              const std::function<void(const EpochResult&)>& on_epoch = {});
+
+}  // namespace castor::apps::ps

@@ -1,0 +1,284 @@
+// The apps as users run them: `castor run <app>` starts real worker
+// processes on loopback; each runs a short configuration and must end with a
+// falling loss in its CSV. Plus the data reader's errors and the CLI's.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "apps/common/fashion_mnist.hpp"
+#include "apps/common/training_log.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int code = -1;       // exit code; -1 when it had to be killed
+  std::string output;  // stdout and stderr
+};
+
+// Runs the castor command with `args`, killing its whole process group when
+// `limit` passes (a hang fails the test with its output, not the CI).
+CommandResult run_castor(const std::vector<std::string>& args, std::chrono::seconds limit = std::chrono::seconds(180)) {
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::dup2(p[1], 1);
+    ::dup2(p[1], 2);
+    ::close(p[0]);
+    ::close(p[1]);
+    std::vector<char*> argv{const_cast<char*>(CASTOR_CLI_PATH)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(p[1]);
+  CommandResult r;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  char buf[4096];
+  for (;;) {
+    pollfd fd{p[0], POLLIN, 0};
+    ::poll(&fd, 1, 200);
+    ssize_t n = ::read(p[0], buf, sizeof(buf));
+    if (n > 0) {
+      r.output.append(buf, size_t(n));
+      continue;
+    }
+    if (n == 0) break;  // every writer is gone
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(-pid, SIGKILL);
+      r.output += "\n[test] killed after " + std::to_string(limit.count()) + " s";
+      break;
+    }
+  }
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ::kill(-pid, SIGKILL);  // strays of a failed run
+  if (WIFEXITED(status) && r.output.find("[test] killed") == std::string::npos) r.code = WEXITSTATUS(status);
+  return r;
+}
+
+// The train_loss column of a CSV the apps write.
+std::vector<double> losses(const std::string& csv_path) {
+  std::ifstream in(csv_path);
+  std::string line;
+  std::vector<double> out;
+  std::getline(in, line);  // header
+  while (std::getline(in, line)) {
+    auto first = line.find(','), second = line.find(',', first + 1);
+    out.push_back(std::stod(line.substr(first + 1, second - first - 1)));
+  }
+  return out;
+}
+
+std::string scratch(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("castor-test-apps-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / name).string();
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+void write_gzip(const std::string& path, const std::vector<uint8_t>& bytes) {
+  gzFile f = ::gzopen(path.c_str(), "wb");
+  REQUIRE(f != nullptr);
+  if (!bytes.empty()) ::gzwrite(f, bytes.data(), unsigned(bytes.size()));
+  ::gzclose(f);
+}
+
+std::vector<uint8_t> idx_header(uint32_t magic, std::vector<uint32_t> dims) {
+  std::vector<uint8_t> out;
+  dims.insert(dims.begin(), magic);
+  for (auto d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(uint8_t(d >> shift));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("parameter-server app, sync mode: 1 server + 2 trainers, the loss falls") {
+  auto out = scratch("ps-sync");
+  auto r = run_castor({"run", "parameter-server", "--workers", "3", "--epochs", "3", "--limit", "512", "--test-limit",
+                       "500", "--batch-size", "32", "--no-progress", "--out", out});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "2 trainer(s), sync mode"));
+  CHECK(contains(r.output, "test accuracy:"));
+  auto l = losses(out + ".csv");
+  REQUIRE(l.size() == 3);
+  CHECK(l[2] < l[0]);
+  CHECK(fs::file_size(out + ".svg") > 1000);
+}
+
+TEST_CASE("parameter-server app, async mode with one trainer: the loss falls") {
+  auto out = scratch("ps-async");
+  auto r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "async", "--epochs", "3", "--limit",
+                       "512", "--test-limit", "500", "--batch-size", "32", "--no-progress", "--out", out});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "1 trainer(s), async mode"));
+  auto l = losses(out + ".csv");
+  REQUIRE(l.size() == 3);
+  CHECK(l[2] < l[0]);
+}
+
+TEST_CASE("parameter-server app with --compare trains the libtorch reference too") {
+  auto out = scratch("ps-compare");
+  auto r = run_castor({"run", "parameter-server", "--workers", "3", "--epochs", "2", "--limit", "256", "--test-limit",
+                       "200", "--no-progress", "--compare", "--out", out});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "single-process libtorch, same model, data and seed (batch 128)"));
+  CHECK(contains(r.output, "| single-process libtorch"));
+  std::ifstream svg(out + ".svg");
+  std::stringstream text;
+  text << svg.rdbuf();
+  CHECK(contains(text.str(), "single-process libtorch"));
+}
+
+TEST_CASE("model-parallel RNN app: embedding and decoder on worker1, LSTM on worker2, the loss falls") {
+  auto out = scratch("rnn");
+  auto r = run_castor({"run", "rnn", "--workers", "3", "--steps", "60", "--batch-size", "16", "--no-progress",
+                       "--log-every", "0", "--out", out});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "embedding + decoder on worker1, LSTM on worker2"));
+  auto l = losses(out + ".csv");
+  REQUIRE(l.size() == 60);
+  double first = (l[0] + l[1] + l[2]) / 3, last = (l[57] + l[58] + l[59]) / 3;
+  CHECK(first > 0.9 * std::log(16.0));  // starts near chance
+  CHECK(last < 0.6 * first);
+}
+
+TEST_CASE("pipeline app: two stages, micro-batches in flight, the loss falls") {
+  auto out = scratch("pipeline");
+  auto r = run_castor({"run", "pipeline", "--workers", "3", "--epochs", "3", "--limit", "512", "--test-limit", "500",
+                       "--batch-size", "64", "--micro-batches", "4", "--no-progress", "--out", out});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "stage 1 (784-256) on worker1, stage 2 (256-128-10) on worker2"));
+  auto l = losses(out + ".csv");
+  REQUIRE(l.size() == 3);
+  CHECK(l[2] < l[0]);
+}
+
+TEST_CASE("castor run refuses bad input before starting workers, naming the cause") {
+  auto r = run_castor({"run", "no-such-app"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "unknown app 'no-such-app'"));
+  r = run_castor({"run", "parameter-server", "--bogus", "1"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "unknown flag --bogus"));
+  r = run_castor({"run", "parameter-server", "--workers", "0"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "--workers must be at least 1"));
+  r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
+  CHECK(r.code != 0);
+  CHECK(contains(r.output, "--mode must be sync or async, got 'sideways'"));
+}
+
+TEST_CASE("every app documents every flag it takes in --help") {
+  for (const std::string app : {"parameter-server", "rnn", "pipeline"}) {
+    auto r = run_castor({"run", app, "--help"});
+    INFO(app, r.output);
+    CHECK(r.code == 0);
+    CHECK(contains(r.output, "castor run " + app + " [--workers N]"));
+    auto list = run_castor({"apps"});
+    CHECK(contains(list.output, app));
+  }
+  auto r = run_castor({"run", "parameter-server", "--help"});
+  for (const std::string flag : {"--epochs", "--batch-size", "--lr", "--momentum", "--hidden", "--mode", "--seed",
+                                 "--limit", "--test-limit", "--data", "--out", "--compare", "--min-accuracy",
+                                 "--no-progress"})
+    CHECK_MESSAGE(contains(r.output, flag), flag);
+  auto help = run_castor({"--help"});
+  CHECK(contains(help.output, "demo"));
+  CHECK(contains(help.output, "run <app>"));
+}
+
+TEST_CASE("a missing data folder fails the app with an error naming the file") {
+  auto r = run_castor({"run", "parameter-server", "--workers", "2", "--data", "/nonexistent/fm", "--no-progress"},
+                      std::chrono::seconds(60));
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK(contains(r.output, "/nonexistent/fm/train-images-idx3-ubyte.gz: cannot open"));
+}
+
+TEST_CASE("the Fashion-MNIST reader: the real files, and corrupt ones refused by name") {
+  auto d = castor::apps::load_fashion_mnist("t10k", castor::apps::default_fashion_mnist_dir(), 100);
+  CHECK(d.size() == 100);
+  CHECK(d.images.sizes() == at::IntArrayRef({100, 784}));
+  CHECK(d.images.max().item<float>() <= 1.0f);
+  CHECK(d.labels.max().item<int64_t>() <= 9);
+
+  auto dir = scratch("fm-corrupt");
+  fs::create_directories(dir);
+  auto images = dir + "/train-images-idx3-ubyte.gz", labels = dir + "/train-labels-idx1-ubyte.gz";
+  auto expect_error = [&](const std::string& part) {
+    try {
+      castor::apps::load_fashion_mnist("train", dir);
+      FAIL("no error; expected one containing: " << part);
+    } catch (const std::runtime_error& e) {
+      CHECK_MESSAGE(contains(e.what(), part), e.what());
+    }
+  };
+  auto good_images = idx_header(2051, {2, 28, 28});
+  good_images.resize(good_images.size() + 2 * 784, 7);
+  auto good_labels = idx_header(2049, {2});
+  good_labels.push_back(3);
+  good_labels.push_back(9);
+  write_gzip(images, good_images);
+  write_gzip(labels, good_labels);
+  CHECK(castor::apps::load_fashion_mnist("train", dir).size() == 2);
+
+  auto truncated = good_images;
+  truncated.resize(truncated.size() - 100);
+  write_gzip(images, truncated);
+  expect_error(images + ": expected 1584 bytes after decompression, found 1484");
+  write_gzip(images, idx_header(1234, {2, 28, 28}));
+  expect_error(images + ": bad magic number 1234, expected 2051");
+  write_gzip(images, idx_header(2051, {4000000000u, 28, 28}));
+  expect_error(images + ": implausible sample count 4000000000");
+  write_gzip(images, good_images);
+  auto bad_label = good_labels;
+  bad_label.pop_back();
+  bad_label.push_back(42);
+  write_gzip(labels, bad_label);
+  expect_error(labels + ": a label is outside 0..9");
+  {
+    std::ofstream garbage(labels, std::ios::binary | std::ios::trunc);
+    garbage << "\x1f\x8b\x08\x00 this is not a deflate stream at all";
+  }
+  expect_error(labels + ": ");
+}
+
+TEST_CASE("the training log writes a CSV and an SVG with both series") {
+  castor::apps::TrainingLog log("t");
+  log.add({1, 2.0, 0.5, 1, 100});
+  log.add({2, 1.0, 0.7, 1, 100});
+  log.add_reference("reference", {{1, 2.1, 0.4, 1, 50}, {2, 1.1, 0.6, 1, 50}});
+  auto csv = log.csv();
+  CHECK(csv == "epoch,train_loss,test_accuracy,seconds,samples_per_s\n1,2,0.5,1,100\n2,1,0.7,1,100\n");
+  auto svg = log.svg();
+  CHECK(contains(svg, "<svg"));
+  CHECK(contains(svg, "reference"));
+  CHECK(contains(svg, "stroke-dasharray"));  // the reference is dashed
+}
