@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   auto cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "demo") {
-    std::vector<std::string> demo_args{"--compare", "--out", "castor-out/demo"};
+    std::vector<std::string> demo_args{"--compare", "--out", "castor-out/demo", "--min-accuracy", "0.85"};
     demo_args.insert(demo_args.end(), rest.begin(), rest.end());  // later flags win
     return run_app("parameter-server", demo_args);
   }

@@ -2,6 +2,7 @@
 #include "training_log.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -32,10 +33,14 @@ void draw_axes(std::ostringstream& out, const Panel& p, const std::string& title
       << title << "</text>\n";
   out << "<text x='" << p.left + p.width / 2 << "' y='" << p.top + p.height + 36
       << "' text-anchor='middle' font-size='12'>" << x_name << "</text>\n";
-  for (int i = 0; i <= 4; ++i) {
-    double x = p.x0 + (p.x1 - p.x0) * i / 4, y = p.y0 + (p.y1 - p.y0) * i / 4;
+  // Whole epochs or steps get whole-number ticks, at most about ten.
+  bool whole = std::floor(p.x0) == p.x0 && std::floor(p.x1) == p.x1;
+  double step = whole ? std::max(1.0, std::ceil((p.x1 - p.x0) / 10)) : (p.x1 - p.x0) / 4;
+  for (double x = p.x0; step > 0 && x <= p.x1 + 1e-9; x += step)
     out << "<text x='" << p.px(x) << "' y='" << p.top + p.height + 16 << "' text-anchor='middle' font-size='11'>"
-        << num(x, 3) << "</text>\n";
+        << num(x, 6) << "</text>\n";
+  for (int i = 0; i <= 4; ++i) {
+    double y = p.y0 + (p.y1 - p.y0) * i / 4;
     out << "<line x1='" << p.left << "' x2='" << p.left + p.width << "' y1='" << p.py(y) << "' y2='" << p.py(y)
         << "' stroke='#ddd'/>\n";
     out << "<text x='" << p.left - 6 << "' y='" << p.py(y) + 4 << "' text-anchor='end' font-size='11'>" << num(y, 3)
@@ -89,7 +94,7 @@ std::string TrainingLog::svg() const {
   a0 = std::max(0.0, a0 - 0.02);
   a1 = std::min(1.0, a1 + 0.02);
   std::ostringstream out;
-  out << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='380' font-family='sans-serif'>\n"
+  out << "<svg xmlns='http://www.w3.org/2000/svg' width='960' height='390' font-family='sans-serif'>\n"
       << "<rect width='100%' height='100%' fill='white'/>\n"
       << "<text x='480' y='22' text-anchor='middle' font-size='16' font-weight='bold'>" << title_ << "</text>\n";
   Panel loss{70, 60, 370, 260, x0, x1, 0, l1 > 0 ? l1 * 1.05 : 1};
@@ -100,11 +105,11 @@ std::string TrainingLog::svg() const {
   auto get_acc = [](const CurvePoint& p) { return p.accuracy; };
   draw_series(out, loss, points_, get_loss, "#1f77b4", false);
   draw_series(out, acc, points_, get_acc, "#1f77b4", false);
-  out << "<text x='80' y='350' font-size='12' fill='#1f77b4'>&#9632; castor</text>\n";
+  out << "<text x='70' y='382' font-size='12' fill='#1f77b4'>&#9632; castor</text>\n";
   if (!reference_.empty()) {
     draw_series(out, loss, reference_, get_loss, "#ff7f0e", true);
     draw_series(out, acc, reference_, get_acc, "#ff7f0e", true);
-    out << "<text x='200' y='350' font-size='12' fill='#ff7f0e'>&#9632; " << reference_name_ << "</text>\n";
+    out << "<text x='160' y='382' font-size='12' fill='#ff7f0e'>&#9632; " << reference_name_ << "</text>\n";
   }
   out << "</svg>\n";
   return out.str();

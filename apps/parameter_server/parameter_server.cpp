@@ -1,6 +1,7 @@
 #include "parameter_server.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <thread>
@@ -28,6 +29,10 @@ at::Tensor shard_order(int64_t samples, int64_t rank, int64_t trainers, int64_t 
   auto shard = at::arange(rank - 1, samples, trainers, at::kLong);
   auto gen = at::detail::createCPUGenerator(uint64_t(seed * 1000003 + epoch * 101 + rank));
   return shard.index_select(0, at::randperm(shard.numel(), gen, at::kLong));
+}
+
+double epoch_learning_rate(const PsConfig& cfg, int64_t epoch) {
+  return cfg.lr * std::pow(cfg.lr_decay, double(epoch - 1));
 }
 
 int64_t steps_per_epoch(int64_t samples, int64_t trainers, int64_t batch) {
@@ -115,6 +120,11 @@ double ParameterServer::take_epoch_loss() {
   return mean;
 }
 
+void ParameterServer::set_learning_rate(double lr) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
+}
+
 Evaluation ParameterServer::evaluate(const Dataset& data) {
   std::lock_guard<std::mutex> lock(mutex_);
   return ps::evaluate(params_, data);
@@ -177,6 +187,7 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
   for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
     ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(cfg.epochs), steps * trainers,
                     cfg.progress);
+    ps.set_learning_rate(epoch_learning_rate(cfg, epoch));  // between epochs: no update is running
     auto start = Clock::now();
     std::vector<Future<double>> running;
     for (int64_t r = 1; r <= trainers; ++r)
@@ -220,6 +231,8 @@ std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t train
   torch::optim::SGD sgd(params, torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
   std::vector<EpochResult> results;
   for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    for (auto& group : sgd.param_groups())
+      static_cast<torch::optim::SGDOptions&>(group.options()).lr(epoch_learning_rate(cfg, epoch));
     auto start = Clock::now();
     auto order = shard_order(train.size(), 1, 1, epoch, cfg.seed);
     double loss_sum = 0;

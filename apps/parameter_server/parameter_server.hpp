@@ -31,10 +31,11 @@ class Optimizer;
 namespace castor::apps::ps {
 
 struct PsConfig {
-  int64_t epochs = 5;
+  int64_t epochs = 6;
   int64_t batch = 64;      // per trainer and step
   double lr = 0.1;
   double momentum = 0.9;   // SGD momentum on the server
+  double lr_decay = 0.7;   // the learning rate of epoch e is lr * lr_decay^(e-1)
   int64_t hidden = 128;
   int64_t seed = 1;
   bool sync = true;
@@ -68,6 +69,7 @@ class ParameterServer {
   int64_t updates() const;          // pushes since the last take_epoch_loss()
   double take_epoch_loss();         // mean pushed loss since the last call
   Evaluation evaluate(const Dataset& data);
+  void set_learning_rate(double lr);
 
  private:
   void apply(double divisor);

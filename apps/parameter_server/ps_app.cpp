@@ -20,6 +20,7 @@ PsConfig config_from(const AppArgs& args) {
   c.batch = args.get_int("batch-size", c.batch);
   c.lr = args.get_double("lr", c.lr);
   c.momentum = args.get_double("momentum", c.momentum);
+  c.lr_decay = args.get_double("lr-decay", c.lr_decay);
   c.hidden = args.get_int("hidden", c.hidden);
   c.seed = args.get_int("seed", c.seed);
   c.limit = args.get_int("limit", c.limit);
@@ -30,6 +31,7 @@ PsConfig config_from(const AppArgs& args) {
   if (mode != "sync" && mode != "async")
     throw std::invalid_argument("--mode must be sync or async, got '" + mode + "'");
   c.sync = mode == "sync";
+  if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");
   if (c.epochs < 1 || c.batch < 1) throw std::invalid_argument("--epochs and --batch-size must be at least 1");
   return c;
 }
@@ -38,9 +40,9 @@ int run(Worker& w, const AppArgs& args) {
   auto cfg = config_from(args);  // every rank checks its flags
   if (w.rank() != 0) return 0;    // trainers serve until the server is done
   int64_t trainers = w.world_size() - 1;
-  std::printf("parameter server on %s, %lld trainer(s), %s mode, MLP 784-%lld-10, SGD lr %g momentum %g, batch %lld\n",
+  std::printf("parameter server on %s, %lld trainer(s), %s mode, MLP 784-%lld-10, SGD lr %g (x%g per epoch) momentum %g, batch %lld\n",
               w.name().c_str(), (long long)trainers, cfg.sync ? "sync" : "async", (long long)cfg.hidden, cfg.lr,
-              cfg.momentum, (long long)cfg.batch);
+              cfg.lr_decay, cfg.momentum, (long long)cfg.batch);
   std::fflush(stdout);
   TrainingLog log("castor parameter server on Fashion-MNIST (" + std::to_string(trainers) + " trainers, " +
                   (cfg.sync ? "sync" : "async") + ")");
@@ -77,10 +79,11 @@ int run(Worker& w, const AppArgs& args) {
 AppRegistrar registrar{App{
     "parameter-server",
     "Fashion-MNIST MLP on a parameter server (rank 0) and N-1 trainers",
-    "  --epochs N        epochs (default 5)\n"
+    "  --epochs N        epochs (default 6)\n"
     "  --batch-size N    samples per trainer and step (default 64)\n"
     "  --lr X            SGD learning rate on the server (default 0.1)\n"
     "  --momentum X      SGD momentum on the server (default 0.9)\n"
+    "  --lr-decay X      multiply the learning rate by X after each epoch (default 0.7)\n"
     "  --hidden N        hidden units of the MLP 784-N-10 (default 128)\n"
     "  --mode sync|async sync: average every trainer's gradients per round; async: apply each push (default sync)\n"
     "  --seed N          initialisation and shuffling seed (default 1)\n"
@@ -92,7 +95,7 @@ AppRegistrar registrar{App{
     "  --min-accuracy X  exit with 3 if the final test accuracy is below X\n"
     "  --no-progress     no progress bar\n",
     3,
-    {"epochs", "batch-size", "lr", "momentum", "hidden", "mode", "seed", "limit", "test-limit", "data", "out",
+    {"epochs", "batch-size", "lr", "lr-decay", "momentum", "hidden", "mode", "seed", "limit", "test-limit", "data", "out",
      "compare", "min-accuracy", "no-progress"},
     run}};
 

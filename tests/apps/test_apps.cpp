@@ -180,6 +180,17 @@ TEST_CASE("pipeline app: two stages, micro-batches in flight, the loss falls") {
   CHECK(l[2] < l[0]);
 }
 
+TEST_CASE("the README's example app trains its remote layer") {
+  auto r = run_castor({"run", "example", "--steps", "150"});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  auto first = r.output.find("step 1: loss "), last = r.output.find("step 150: loss ");
+  REQUIRE(first != std::string::npos);
+  REQUIRE(last != std::string::npos);
+  double l0 = std::stod(r.output.substr(first + 13)), l1 = std::stod(r.output.substr(last + 15));
+  CHECK(l1 < 0.1 * l0);
+}
+
 TEST_CASE("castor run refuses bad input before starting workers, naming the cause") {
   auto r = run_castor({"run", "no-such-app"});
   CHECK(r.code == 2);
@@ -196,7 +207,7 @@ TEST_CASE("castor run refuses bad input before starting workers, naming the caus
 }
 
 TEST_CASE("every app documents every flag it takes in --help") {
-  for (const std::string app : {"parameter-server", "rnn", "pipeline"}) {
+  for (const std::string app : {"parameter-server", "rnn", "pipeline", "example"}) {
     auto r = run_castor({"run", app, "--help"});
     INFO(app, r.output);
     CHECK(r.code == 0);
@@ -206,7 +217,7 @@ TEST_CASE("every app documents every flag it takes in --help") {
   }
   auto r = run_castor({"run", "parameter-server", "--help"});
   for (const std::string flag : {"--epochs", "--batch-size", "--lr", "--momentum", "--hidden", "--mode", "--seed",
-                                 "--limit", "--test-limit", "--data", "--out", "--compare", "--min-accuracy",
+                                 "--limit", "--test-limit", "--data", "--out", "--compare", "--min-accuracy", "--lr-decay",
                                  "--no-progress"})
     CHECK_MESSAGE(contains(r.output, flag), flag);
   auto help = run_castor({"--help"});

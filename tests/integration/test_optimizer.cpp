@@ -134,6 +134,24 @@ TEST_CASE("parameters without a gradient in the context stay unchanged, also on 
   CHECK_FALSE(torch::equal(params[0].to_here(), used_before));
 }
 
+TEST_CASE("RemoteModule: forward and forward_async run on the owner, backward reaches its parameters") {
+  LocalWorld world(2);
+  auto& w = world[0];
+  nn::RemoteModule<torch::nn::Linear> layer(w, "worker1", 3, 2);
+  auto params = layer.parameter_rrefs();
+  REQUIRE(params.size() == 2);
+  CHECK(params[0].owner_name() == "worker1");
+  auto x = torch::randn({4, 3});
+  auto expected = torch::addmm(params[1].to_here(), x, params[0].to_here().t());
+  CHECK(torch::allclose(layer.forward(x), expected));
+  CHECK(torch::allclose(layer.forward_async(x).wait(milliseconds(10000)), expected));
+  autograd::Context ctx(w);
+  auto out = layer.forward_async(x).wait(milliseconds(10000));
+  CHECK(out.requires_grad());  // recorded: a recv function stands for the remote layer
+  ctx.backward({out.sum()});
+  CHECK(w.rpc_sync<int64_t>("worker1", "param_grad_count", ctx.id()) == 2);  // weight and bias, on their owner
+}
+
 TEST_CASE("concurrent steps from several trainers' optimizers on the same parameters lose no update") {
   LocalWorld world(4);
   // The parameters live on worker0; three trainers, each its own optimizer.
