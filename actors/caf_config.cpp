@@ -1,6 +1,8 @@
 // castor's CAF settings and the hook that marks CAF's threads.
 #include "actors/caf_config.hpp"
 
+#include <fstream>
+
 #include <caf/config_value.hpp>
 #include <caf/io/middleman.hpp>
 #include <caf/thread_hook.hpp>
@@ -30,11 +32,19 @@ std::unique_ptr<caf::actor_system_config> make_caf_config(const WorkerOptions& o
   cfg->set("scheduler.policy", caf::atom("sharing"));
   cfg->set("middleman.workers", size_t{0});
   cfg->set("logger.console", caf::atom("none"));
+  if (!opts.caf_config_file.empty()) {
+    std::ifstream ini(opts.caf_config_file);
+    if (!ini)
+      throw RpcError(ErrorInfo{ErrorKind::Lookup, opts.name, "cannot read CAF config file " + opts.caf_config_file});
+    if (auto err = cfg->parse(caf::actor_system_config::string_list{}, ini))
+      throw RpcError(ErrorInfo{ErrorKind::Lookup, opts.name,
+                               "CAF config file " + opts.caf_config_file + ": " + cfg->render(err)});
+  }
   for (const auto& [key, text] : opts.caf_settings) {
     auto value = caf::config_value::parse(text);
-    if (!value)
-      throw RpcError(ErrorInfo{ErrorKind::Lookup, opts.name,
-                               "bad CAF setting " + key + " = '" + text + "': " + caf::to_string(value.error())});
+    // A bare word is a string to the user ("sharing"); CAF wants an atom
+    // there, which it accepts from a string setting too.
+    if (!value) value = caf::config_value{text};
     cfg->set(key, std::move(*value));
   }
   return cfg;

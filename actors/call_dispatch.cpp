@@ -113,7 +113,9 @@ void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
   };
   if (rt->state.load() == RunState::stopped) return fail(ErrorKind::Shutdown, "is shut down");
   const FunctionEntry* entry = nullptr;
-  if (is_builtin_name(req.function)) {
+  if (is_builtin_name(req.function)) {  // Note [Only registered code runs]
+    if (auto why = refused_builtin(req.function))
+      return fail(ErrorKind::Lookup, "'" + req.function + "' cannot be called remotely: " + why);
     if (small_builtin_call(req.args)) return run_request(rt, nullptr, std::move(req), reply);
   } else {
     entry = FunctionRegistry::instance().find(req.function);

@@ -37,9 +37,10 @@ namespace castor::detail {
 // runs and stays "in flight" until its reply is counted as sent, so a worker
 // busy with a call is never idle. RRef control messages are not counted:
 // their sender is not idle until their ack arrives, and an owner that still
-// has forks keeps its worker from being idle (every worker releases its own
-// RRefs when it enters shutdown). A dead peer ends the shutdown with an error
-// on every worker that notices it.
+// has forks keeps its worker from being idle. Every worker releases its own
+// RRefs during the waves, when it reports with no call running (not when it
+// enters shutdown: peers still running may call it and pass it RRefs). A
+// dead peer ends the shutdown with an error on every worker that notices it.
 
 namespace {
 
@@ -116,7 +117,10 @@ void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd) {
     return;
   }
   rt->state.store(RunState::shutting_down);
-  if (rt->rrefs) rt->rrefs->on_shutdown_begin();  // shutdown deletes every local RRef
+  // Local RRefs are not released here: other workers may still call into
+  // this one, and what those calls create or pass must stay usable. They
+  // are released by the termination waves (local_report_impl), once every
+  // worker has entered shutdown and no call runs here.
   for (size_t r = 0; r < st.peers.size(); ++r)
     if (WorkerId(r) != rt->rank && !peer_usable(self, WorkerId(r))) {
       on_peer_lost_during_shutdown_impl(self, WorkerId(r));
@@ -163,9 +167,11 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   bool calls_idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty();
   bool rrefs_idle = !rt->rrefs || rt->rrefs->idle();
   // Every worker has entered shutdown (probes start only then) and no code
-  // runs here: RRefs made since shutdown began can only be held by user data
-  // that nothing will drop any more, so they are released too.
-  if (calls_idle && !rrefs_idle) rt->rrefs->on_shutdown_begin();
+  // runs here: the RRefs this worker still holds (its user's, or kept by
+  // user data that nothing will drop any more) are released. A holder whose
+  // own worker is idle still keeps its owner busy, so this is not limited to
+  // workers whose RRef runtime is busy.
+  if (calls_idle && rt->rrefs) rt->rrefs->on_shutdown_begin();
   bool idle = calls_idle && rrefs_idle && (!rt->autograd || rt->autograd->idle());
   rep.sent = rt->counters.sent.load();
   rep.received = rt->counters.received.load();

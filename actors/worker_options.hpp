@@ -58,7 +58,12 @@ struct WorkerOptions {
   /// Tests only: drop, delay, duplicate or reorder control messages.
   FaultInjection faults;
 
-  /// CAF settings applied on top of castor's defaults ("scheduler.policy" -> "sharing").
+  /// A CAF INI file ([scheduler], [middleman], ...) read over castor's
+  /// defaults; empty: none.
+  std::string caf_config_file;
+
+  /// CAF settings applied last, in CAF's syntax ("scheduler.max-threads" ->
+  /// "2", "middleman.heartbeat-interval" -> "5s").
   std::map<std::string, std::string> caf_settings;
 };
 

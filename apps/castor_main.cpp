@@ -7,6 +7,7 @@
 
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
+#include "apps/launch.hpp"
 
 namespace {
 
@@ -21,6 +22,8 @@ const char* kUsage =
     "                             parameter-server flags (castor run parameter-server --help)\n"
     "  run <app> [--workers N] [app flags]   run an app on N local worker processes\n"
     "  apps                       list the apps and their flags\n"
+    "  launch <cluster.json> [--local]   start the cluster file's workers that live on this host\n"
+    "  worker --config <cluster.json> --name <worker>   run one worker of a cluster file\n"
     "  --help                     this text\n";
 
 int list_apps() {
@@ -80,20 +83,9 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
 
 // One rank of an app (started by run_app with RANK etc. in the environment).
 int app_worker(const std::string& app_name, const std::vector<std::string>& args) {
-  auto it = app_registry().find(app_name);
-  if (it == app_registry().end()) return 2;
-  try {
-    auto parsed = parse_app_args(args, it->second.known_flags);
-    castor::WorkerOptions opts;
-    opts.host = "127.0.0.1";
-    auto w = castor::init_rpc(opts);
-    int rc = it->second.run(w, parsed);
-    w.shutdown();
-    return rc;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  castor::WorkerOptions opts;
+  opts.host = "127.0.0.1";
+  return run_app_rank(app_name, args, std::move(opts));
 }
 
 }  // namespace
@@ -112,6 +104,8 @@ int main(int argc, char** argv) {
     return run_app("parameter-server", demo_args);
   }
   if (cmd == "apps") return list_apps();
+  if (cmd == "launch") return launch_command(rest);
+  if (cmd == "worker") return worker_command(rest);
   if (cmd == "run") {
     if (rest.empty()) {
       std::fprintf(stderr, "castor run: which app? (see `castor apps`)\n");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "apps/common/fashion_mnist.hpp"
+#include "apps/common/local_launch.hpp"
 #include "apps/common/training_log.hpp"
 
 namespace {
@@ -231,6 +232,90 @@ TEST_CASE("a missing data folder fails the app with an error naming the file") {
   INFO(r.output);
   CHECK(r.code != 0);
   CHECK(contains(r.output, "/nonexistent/fm/train-images-idx3-ubyte.gz: cannot open"));
+}
+
+// A cluster file for `castor launch --local` with free ports.
+std::string write_cluster_file(const std::string& name, const std::string& app_and_args) {
+  auto path = scratch(name + ".json");
+  std::ofstream f(path);
+  f << "{" << app_and_args << ", \"workers\": [";
+  const char* names[] = {"ps", "trainer1", "trainer2"};
+  for (int i = 0; i < 3; ++i)
+    f << (i ? "," : "") << "{\"name\": \"" << names[i] << "\", \"host\": \"127.0.0.1\", \"port\": "
+      << castor::apps::free_local_port() << "}";
+  f << "], \"options\": {\"init_timeout_ms\": 30000}}";
+  return path;
+}
+
+TEST_CASE("castor launch --local starts every worker of a cluster file, named in the output") {
+  auto out = scratch("cluster-ps");
+  auto file = write_cluster_file("cluster", "\"app\": \"parameter-server\", \"args\": [\"--epochs\", \"2\", \"--limit\", "
+                                            "\"256\", \"--test-limit\", \"200\", \"--no-progress\", \"--out\", \"" +
+                                                out + "\"]");
+  auto r = run_castor({"launch", file, "--local"});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(contains(r.output, "[launch] starting 3 of 3 worker(s)"));
+  CHECK(contains(r.output, "[ps] parameter server on ps, 2 trainer(s)"));
+  CHECK(contains(r.output, "[ps] test accuracy:"));
+  CHECK(losses(out + ".csv").size() == 2);
+}
+
+TEST_CASE("castor launch: a failing worker stops the others and the launch fails, naming it") {
+  auto file = write_cluster_file("failing", "\"app\": \"parameter-server\", \"args\": [\"--data\", \"/nonexistent/fm\"]");
+  auto r = run_castor({"launch", file, "--local"}, std::chrono::seconds(120));
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK(contains(r.output, "[ps] error: fashion-mnist: /nonexistent/fm/train-images-idx3-ubyte.gz: cannot open"));
+  CHECK(contains(r.output, "castor launch: worker ps failed"));
+}
+
+TEST_CASE("castor launch and castor worker refuse a bad cluster file before starting anything") {
+  auto file = write_cluster_file("bad-app", "\"app\": \"no-such-app\"");
+  auto r = run_castor({"launch", file, "--local"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, file + ": worker 'ps': unknown app 'no-such-app'"));
+  file = write_cluster_file("bad-flag", "\"app\": \"parameter-server\", \"args\": [\"--bogus\"]");
+  r = run_castor({"launch", file, "--local"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "args: unknown flag --bogus"));
+  file = write_cluster_file("good", "\"app\": \"rpc-tour\"");
+  r = run_castor({"worker", "--config", file, "--name", "nobody"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "no worker named 'nobody' (the file has: ps, trainer1, trainer2)"));
+  r = run_castor({"launch", "/nonexistent/job.json"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "/nonexistent/job.json: cannot read the cluster file"));
+  {
+    std::ofstream remote(scratch("remote.json"));
+    remote << R"({"workers": [{"name": "far", "host": "192.0.2.77", "port": 1}]})";
+  }
+  r = run_castor({"launch", scratch("remote.json")});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "no worker of " + scratch("remote.json") + " lives on this host (far@192.0.2.77)"));
+}
+
+TEST_CASE("the shipped one-host example runs (with free ports), reading its CAF INI file") {
+  std::ifstream in(std::string(CASTOR_SOURCE_DIR) + "/config/examples/local-3.json");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto json = text.str();
+  for (const char* port : {"29610", "29611", "29612"})
+    json.replace(json.find(port), 5, std::to_string(castor::apps::free_local_port()));
+  auto out = scratch("example-ps");
+  json.replace(json.find("\"--epochs\", \"2\""), 15,
+               "\"--epochs\", \"1\", \"--limit\", \"256\", \"--test-limit\", \"100\", \"--no-progress\"");
+  json.replace(json.find("castor-out/cluster-ps"), 21, out);
+  fs::copy_file(std::string(CASTOR_SOURCE_DIR) + "/config/examples/caf-application.ini",
+                scratch("caf-application.ini"), fs::copy_options::overwrite_existing);
+  {
+    std::ofstream f(scratch("local-3.json"));
+    f << json;
+  }
+  auto r = run_castor({"launch", scratch("local-3.json"), "--local"});
+  INFO(r.output);
+  REQUIRE(r.code == 0);
+  CHECK(losses(out + ".csv").size() == 1);
 }
 
 TEST_CASE("the Fashion-MNIST reader: the real files, and corrupt ones refused by name") {

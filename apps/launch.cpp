@@ -1,0 +1,162 @@
+#include "apps/launch.hpp"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "actors/worker.hpp"
+#include "apps/common/app.hpp"
+#include "apps/common/local_launch.hpp"
+#include "config/cluster_file.hpp"
+
+namespace castor::apps {
+namespace {
+
+const char* kLaunchUsage =
+    "usage: castor launch <cluster.json> [--local]\n"
+    "  starts every worker of the cluster file that lives on this host, each its own process\n"
+    "  --local   start all of the file's workers here, on 127.0.0.1 (the file's ports)\n";
+
+const char* kWorkerUsage =
+    "usage: castor worker --config <cluster.json> --name <worker> [--local]\n"
+    "  runs one worker of the cluster file (and its app, if the file names one)\n"
+    "  --local   every worker of the file runs on this host: use 127.0.0.1 for all\n";
+
+// Loads the file, prints its warnings, and checks that every app it names exists.
+config::ClusterFile load_checked(const std::string& path) {
+  auto file = config::load_cluster_file(path);
+  for (const auto& w : file.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+  for (size_t i = 0; i < file.workers.size(); ++i) {
+    const auto& w = file.workers[i];
+    if (w.app.empty()) continue;
+    auto it = app_registry().find(w.app);
+    if (it == app_registry().end())
+      throw config::ConfigError(path + ": worker '" + w.name + "': unknown app '" + w.app + "' (see `castor apps`)");
+    try {
+      parse_app_args(w.args, it->second.known_flags);
+    } catch (const std::exception& e) {
+      throw config::ConfigError(path + ": worker '" + w.name + "': args: " + e.what());
+    }
+  }
+  return file;
+}
+
+}  // namespace
+
+int run_app_rank(const std::string& app_name, const std::vector<std::string>& args, WorkerOptions opts) {
+  const App* app = nullptr;
+  if (!app_name.empty()) {
+    auto it = app_registry().find(app_name);
+    if (it == app_registry().end()) {
+      std::fprintf(stderr, "error: unknown app '%s'\n", app_name.c_str());
+      return 2;
+    }
+    app = &it->second;
+  }
+  try {
+    auto parsed = parse_app_args(args, app ? app->known_flags : std::vector<std::string>{});
+    auto w = init_rpc(std::move(opts));
+    int rc = app ? app->run(w, parsed) : 0;  // without an app: serve the others until they are done
+    w.shutdown();
+    return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+int launch_command(const std::vector<std::string>& args) {
+  std::string path;
+  bool local = false;
+  for (const auto& a : args) {
+    if (a == "--help" || a == "-h") {
+      std::fputs(kLaunchUsage, stdout);
+      return 0;
+    }
+    if (a == "--local")
+      local = true;
+    else if (path.empty() && a.rfind("--", 0) != 0)
+      path = a;
+    else {
+      std::fprintf(stderr, "castor launch: unexpected argument '%s'\n%s", a.c_str(), kLaunchUsage);
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    std::fputs(kLaunchUsage, stderr);
+    return 2;
+  }
+  try {
+    auto file = load_checked(path);
+    auto absolute = std::filesystem::absolute(path).string();
+    std::vector<ProcessSpec> specs;
+    std::string hosts;
+    for (const auto& w : file.workers) {
+      hosts += (hosts.empty() ? "" : ", ") + w.name + "@" + w.host;
+      if (!local && !config::is_local_host(w.host)) continue;
+      ProcessSpec s;
+      s.name = w.name;
+      s.argv = {self_executable(), "worker", "--config", absolute, "--name", w.name};
+      if (local) s.argv.push_back("--local");
+      specs.push_back(std::move(s));
+    }
+    if (specs.empty()) {
+      std::fprintf(stderr, "castor launch: no worker of %s lives on this host (%s); --local starts them all here\n",
+                   path.c_str(), hosts.c_str());
+      return 2;
+    }
+    std::printf("[launch] starting %zu of %zu worker(s) from %s\n", specs.size(), file.workers.size(), path.c_str());
+    std::fflush(stdout);
+    auto result = run_processes(specs);
+    if (result.exit_code != 0)
+      std::fprintf(stderr, "castor launch: worker %s failed (exit code %d)\n", result.failed.c_str(), result.exit_code);
+    return result.exit_code;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor launch: %s\n", e.what());
+    return 2;
+  }
+}
+
+int worker_command(const std::vector<std::string>& args) {
+  std::string path, name;
+  bool local = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--help" || args[i] == "-h") {
+      std::fputs(kWorkerUsage, stdout);
+      return 0;
+    }
+    if (args[i] == "--config" && i + 1 < args.size())
+      path = args[++i];
+    else if (args[i] == "--name" && i + 1 < args.size())
+      name = args[++i];
+    else if (args[i] == "--local")
+      local = true;
+    else {
+      std::fprintf(stderr, "castor worker: unexpected argument '%s'\n%s", args[i].c_str(), kWorkerUsage);
+      return 2;
+    }
+  }
+  if (path.empty() || name.empty()) {
+    std::fputs(kWorkerUsage, stderr);
+    return 2;
+  }
+  WorkerOptions opts;
+  std::string app;
+  std::vector<std::string> app_args;
+  try {
+    auto file = load_checked(path);
+    const auto& me = file.worker(name);
+    opts = file.options_for(name);
+    app = me.app;
+    app_args = me.args;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor worker: %s\n", e.what());
+    return 2;
+  }
+  if (local) {
+    opts.host = "127.0.0.1";
+    opts.master.host = "127.0.0.1";
+  }
+  return run_app_rank(app, app_args, std::move(opts));
+}
+
+}  // namespace castor::apps

@@ -1,0 +1,68 @@
+// Cluster files: one JSON file describes a whole job (its workers, where
+// they live, what they run, and the options they share), so that the same
+// file deploys it on one host or many.
+//
+//   {
+//     "app": "parameter-server", "args": ["--epochs", "1"],      // optional default for every worker
+//     "workers": [
+//       {"name": "ps", "rank": 0, "host": "10.0.0.1", "port": 29600},
+//       {"name": "trainer1", "host": "10.0.0.2", "port": 29600, "app": "...", "args": [...]}
+//     ],
+//     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "num_worker_threads": 16,
+//                 "max_worker_threads": 256, "intra_op_threads": 0, "autograd_mode": "smart",
+//                 "max_message_bytes": 1073741824, "heartbeat_ms": 0,
+//                 "caf_config_file": "caf-application.ini", "caf": {"scheduler.max-threads": 2}}
+//   }
+//
+// Ranks default to the position in "workers". Rank 0 serves the rendezvous
+// at its own address, so no separate master address is needed. Relative
+// paths are relative to the file's folder.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "actors/worker_options.hpp"
+
+namespace castor::config {
+
+struct ClusterWorker {
+  std::string name;
+  int rank = -1;
+  std::string host;
+  uint16_t port = 0;
+  std::string app;                // empty: serve only
+  std::vector<std::string> args;  // the app's flags
+};
+
+struct ClusterFile {
+  std::string path;
+  std::vector<ClusterWorker> workers;  // by rank
+  WorkerOptions shared;                // the "options" section
+  std::vector<std::string> warnings;   // unknown keys, each naming file and field
+
+  /// The worker called `name`; throws ConfigError naming the file and the
+  /// known names when there is none.
+  const ClusterWorker& worker(const std::string& name) const;
+
+  /// Everything init_rpc needs to start `name` as part of this job.
+  WorkerOptions options_for(const std::string& name) const;
+};
+
+/// A malformed file or value; what() names the file and the field.
+struct ConfigError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Reads and checks a cluster file. Throws ConfigError.
+ClusterFile load_cluster_file(const std::string& path);
+
+/// The same from text (`path` only names it in messages and anchors
+/// relative paths).
+ClusterFile parse_cluster_file(const std::string& text, const std::string& path);
+
+/// Whether `host` names this machine (a loopback name or address, this
+/// host's name, or an address of one of its interfaces).
+bool is_local_host(const std::string& host);
+
+}  // namespace castor::config
