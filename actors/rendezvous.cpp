@@ -12,6 +12,8 @@
 #include <thread>
 
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 
 #include "actors/errors.hpp"
@@ -62,7 +64,8 @@ worker_peer connect_with_retry(Runtime& rt, const std::string& host, uint16_t po
                                std::chrono::steady_clock::time_point deadline, const std::string& what) {
   auto pause = milliseconds(20);
   for (;;) {
-    auto h = rt.system->middleman().remote_actor<worker_peer>(host, port);
+    auto h = rt.opts.tls.enabled() ? caf::openssl::remote_actor<worker_peer>(*rt.system, host, port)  // Note [TLS]
+                                   : rt.system->middleman().remote_actor<worker_peer>(host, port);
     if (h) return *h;
     if (std::chrono::steady_clock::now() + pause >= deadline)
       fail(rt.name, ErrorKind::Unreachable,
@@ -109,7 +112,10 @@ WorkerOptions resolve_options(WorkerOptions o) {
 void join_world(Runtime& rt) {
   auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
   auto& mm = rt.system->middleman();
-  auto published = mm.publish(caf::actor_cast<worker_peer>(rt.actor), rt.opts.port, rt.opts.host.c_str(), rt.rank == 0);
+  auto me = caf::actor_cast<worker_peer>(rt.actor);
+  auto published = rt.opts.tls.enabled()  // Note [TLS]: every link verified, or none is TLS
+                       ? caf::openssl::publish(me, rt.opts.port, rt.opts.host.c_str(), rt.rank == 0)
+                       : mm.publish(me, rt.opts.port, rt.opts.host.c_str(), rt.rank == 0);
   if (!published)
     fail(rt.name, ErrorKind::Unreachable,
          "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " +

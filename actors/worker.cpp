@@ -12,6 +12,7 @@
 #include "actors/rendezvous.hpp"
 #include "actors/runtime.hpp"
 #include "actors/thread_context.hpp"
+#include "actors/tls.hpp"
 #include "messages/tensor_wire.hpp"
 
 namespace castor {
@@ -60,6 +61,8 @@ Worker::~Worker() {
 
 Worker init_rpc(WorkerOptions opts) {
   opts = detail::resolve_options(std::move(opts));
+  detail::check_tls(opts);  // Note [TLS]: bad files are reported before anything starts
+  if (!opts.tls.enabled()) detail::note_unauthenticated_links(opts.name);
   auto& registry = detail::FunctionRegistry::instance();
   if (!registry.problems().empty())
     throw LookupError(ErrorInfo{ErrorKind::Lookup, opts.name, "init_rpc(" + opts.name + "): " + registry.problems().front()});

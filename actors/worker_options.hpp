@@ -29,6 +29,17 @@ struct Address {
   uint16_t port = 0;
 };
 
+/// TLS with mutual authentication on every link (Note [TLS] in
+/// actors/tls.cpp). Set all three files or none: castor never runs TLS
+/// without verifying peers.
+struct TlsOptions {
+  std::string certificate;  // this worker's certificate (PEM, may be a chain)
+  std::string key;          // its private key (PEM)
+  std::string ca;           // the cluster CA's certificate(s) (PEM): peers must be signed by it
+  std::string passphrase;   // of the key, when it is encrypted
+  bool enabled() const { return !certificate.empty() || !key.empty() || !ca.empty(); }
+};
+
 struct WorkerOptions {
   std::string name;     // unique in the world; RANK-derived "worker<rank>" if empty
   int rank = -1;        // from RANK if unset
@@ -57,6 +68,9 @@ struct WorkerOptions {
 
   /// Tests only: drop, delay, duplicate or reorder control messages.
   FaultInjection faults;
+
+  /// TLS: none by default (castor then says once that links are unauthenticated).
+  TlsOptions tls;
 
   /// A CAF INI file ([scheduler], [middleman], ...) read over castor's
   /// defaults; empty: none.

@@ -4,6 +4,7 @@ include_guard(GLOBAL)
 find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
 find_package(ZLIB REQUIRED)
+find_package(OpenSSL REQUIRED)  # TLS file checks; CAF's OpenSSL module links it too
 find_package(nlohmann_json 3 REQUIRED)
 
 # CAF 0.17 ships no CMake package: find the libraries and headers directly.
@@ -18,5 +19,5 @@ if(NOT TARGET castor_deps)
   # Link order matters: caf_io and caf_openssl before caf_core.
   target_link_libraries(castor_deps INTERFACE
     ${CASTOR_CAF_OPENSSL} ${CASTOR_CAF_IO} ${CASTOR_CAF_CORE}
-    ${TORCH_LIBRARIES} ZLIB::ZLIB nlohmann_json::nlohmann_json Threads::Threads)
+    ${TORCH_LIBRARIES} OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB nlohmann_json::nlohmann_json Threads::Threads)
 endif()

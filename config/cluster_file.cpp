@@ -137,11 +137,23 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
   }
 }
 
+// A "tls" object: certificate, key, ca, passphrase; what it leaves out
+// stays as `tls` has it (a worker's own section over the file's).
+TlsOptions read_tls(Reader& r, const json& t, const std::string& field, TlsOptions tls) {
+  if (!t.is_object()) r.fail(field, "expected an object, got " + Reader::describe(t));
+  r.warn_unknown(t, field, {"certificate", "key", "ca", "passphrase"});
+  if (t.contains("certificate")) tls.certificate = r.file_path(t["certificate"], field + ".certificate");
+  if (t.contains("key")) tls.key = r.file_path(t["key"], field + ".key");
+  if (t.contains("ca")) tls.ca = r.file_path(t["ca"], field + ".ca");
+  if (t.contains("passphrase")) tls.passphrase = r.string(t["passphrase"], field + ".passphrase");
+  return tls;
+}
+
 ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::string& default_app,
-                          const std::vector<std::string>& default_args) {
+                          const std::vector<std::string>& default_args, const TlsOptions& default_tls) {
   auto field = "workers[" + std::to_string(index) + "]";
   if (!w.is_object()) r.fail(field, "expected an object, got " + Reader::describe(w));
-  r.warn_unknown(w, field, {"name", "rank", "host", "port", "app", "args"});
+  r.warn_unknown(w, field, {"name", "rank", "host", "port", "app", "args", "tls"});
   for (const char* required : {"name", "host", "port"})
     if (!w.contains(required)) r.fail(field, std::string("missing \"") + required + "\"");
   ClusterWorker out;
@@ -153,6 +165,7 @@ ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::str
   out.port = uint16_t(r.integer(w["port"], field + ".port", 1, 65535));
   out.app = w.contains("app") ? r.string(w["app"], field + ".app") : default_app;
   out.args = w.contains("args") ? r.strings(w["args"], field + ".args") : default_args;
+  out.tls = w.contains("tls") ? read_tls(r, w["tls"], field + ".tls", default_tls) : default_tls;
   return out;
 }
 
@@ -175,6 +188,7 @@ WorkerOptions ClusterFile::options_for(const std::string& name) const {
   o.host = me.host;
   o.port = me.port;
   o.master = Address{workers.front().host, workers.front().port};  // rank 0 serves the rendezvous
+  o.tls = me.tls;
   return o;
 }
 
@@ -187,7 +201,7 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
     r.fail("", std::string("not valid JSON: ") + e.what());
   }
   if (!root.is_object()) r.fail("", "expected a JSON object at the top, got " + Reader::describe(root));
-  r.warn_unknown(root, "", {"app", "args", "workers", "options"});
+  r.warn_unknown(root, "", {"app", "args", "workers", "options", "tls"});
   ClusterFile out;
   out.path = path;
   std::string app = root.contains("app") ? r.string(root["app"], "app") : "";
@@ -196,7 +210,8 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
   const auto& workers = root["workers"];
   if (!workers.is_array() || workers.empty())
     r.fail("workers", "expected a non-empty list of workers, got " + Reader::describe(workers));
-  for (size_t i = 0; i < workers.size(); ++i) out.workers.push_back(read_worker(r, workers[i], i, app, args));
+  TlsOptions tls = root.contains("tls") ? read_tls(r, root["tls"], "tls", TlsOptions{}) : TlsOptions{};
+  for (size_t i = 0; i < workers.size(); ++i) out.workers.push_back(read_worker(r, workers[i], i, app, args, tls));
   if (root.contains("options")) read_options(r, root["options"], out.shared);
 
   // Names, ranks and addresses are unique; ranks are 0..n-1.

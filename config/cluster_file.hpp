@@ -6,14 +6,18 @@
 //     "app": "parameter-server", "args": ["--epochs", "1"],      // optional default for every worker
 //     "workers": [
 //       {"name": "ps", "rank": 0, "host": "10.0.0.1", "port": 29600},
-//       {"name": "trainer1", "host": "10.0.0.2", "port": 29600, "app": "...", "args": [...]}
+//       {"name": "trainer1", "host": "10.0.0.2", "port": 29600, "app": "...", "args": [...],
+//        "tls": {"certificate": "certs/trainer1.pem", "key": "certs/trainer1.key"}}
 //     ],
+//     "tls": {"certificate": "certs/node.pem", "key": "certs/node.key", "ca": "certs/ca.pem"},
 //     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "num_worker_threads": 16,
 //                 "max_worker_threads": 256, "intra_op_threads": 0, "autograd_mode": "smart",
 //                 "max_message_bytes": 1073741824, "heartbeat_ms": 0,
 //                 "caf_config_file": "caf-application.ini", "caf": {"scheduler.max-threads": 2}}
 //   }
 //
+// "tls" (certificate, key, ca, passphrase; see Note [TLS] in actors/tls.cpp)
+// is the file's default and a worker's own "tls" overrides parts of it.
 // Ranks default to the position in "workers". Rank 0 serves the rendezvous
 // at its own address, so no separate master address is needed. Relative
 // paths are relative to the file's folder.
@@ -33,6 +37,7 @@ struct ClusterWorker {
   uint16_t port = 0;
   std::string app;                // empty: serve only
   std::vector<std::string> args;  // the app's flags
+  TlsOptions tls;                 // the file's "tls", with this worker's own "tls" over it
 };
 
 struct ClusterFile {

@@ -9,6 +9,7 @@ packages=(
   libboost-dev                    # misc utilities
   nlohmann-json3-dev              # cluster files, inspection output
   doctest-dev                     # tests
+  libssl-dev openssl              # TLS: file checks, the test CA (scripts/make-certs.sh)
   zlib1g-dev                      # gzip'd IDX files of the data set
   dataset-fashion-mnist           # the training apps' data
   python3-torch                   # the PyTorch anchor in bench/ (never a runtime dependency)

@@ -1,0 +1,123 @@
+// Note [TLS]
+// ~~~~~~~~~~
+// With TLS configured (certificate, key and CA; WorkerOptions::tls or a
+// cluster file's "tls" section), every link of the worker -- the rendezvous
+// and every peer connection -- is published and connected through CAF's
+// OpenSSL module instead of plain BASP:
+//
+//  T1. Both sides of a link present a certificate and verify the other's
+//      against the cluster CA (CAF sets SSL_VERIFY_PEER and
+//      SSL_VERIFY_FAIL_IF_NO_PEER_CERT whenever certificate files are
+//      configured). A peer whose certificate the CA did not sign, or that
+//      has none, fails the handshake: no BASP message of it is ever read, so
+//      it cannot call anything.
+//  T2. Identity is "signed by the cluster CA": CAF 0.17 exposes no peer
+//      certificate, so castor cannot also check that a peer's certificate
+//      names the worker it claims to be. Give the CA's signature only to
+//      machines allowed to run any worker of the cluster.
+//  T3. CAF 0.17 falls back to an anonymous cipher (no certificates, no
+//      verification) when its module runs without certificate files. castor
+//      never enters that mode: a partial setting (say a CA without a
+//      certificate) is refused at init_rpc, and so are unreadable files, a
+//      key that does not match its certificate, or a certificate the CA did
+//      not sign. These are checked with OpenSSL before anything starts, also
+//      because CAF raises on such errors on its multiplexer thread.
+//  T4. Without TLS, links are plain TCP: castor says so once per process.
+#include "actors/tls.hpp"
+
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509_vfy.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include <caf/actor_system_config.hpp>
+#include <caf/openssl/manager.hpp>
+
+#include "actors/errors.hpp"
+
+namespace castor::detail {
+namespace {
+
+[[noreturn]] void refuse(const WorkerOptions& opts, const std::string& why) {
+  throw RpcError(ErrorInfo{ErrorKind::Lookup, opts.name, "init_rpc(" + opts.name + "): TLS: " + why});
+}
+
+std::string openssl_errors() {
+  std::string out;
+  while (auto e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    out += (out.empty() ? "" : "; ") + std::string(buf);
+  }
+  return out.empty() ? "unknown OpenSSL error" : out;
+}
+
+int passphrase_callback(char* buf, int size, int, void* user) {
+  const auto* pass = static_cast<const std::string*>(user);
+  if (!pass || size <= 0) return 0;
+  auto n = std::min<size_t>(pass->size(), size_t(size - 1));
+  std::memcpy(buf, pass->data(), n);
+  buf[n] = 0;
+  return int(n);
+}
+
+}  // namespace
+
+void check_tls(const WorkerOptions& opts) {
+  const auto& t = opts.tls;
+  if (!t.enabled()) return;
+  // T3: all three or nothing.
+  for (auto [value, what] : {std::pair{&t.certificate, "certificate"}, {&t.key, "key"}, {&t.ca, "ca"}})
+    if (value->empty())
+      refuse(opts, std::string("the ") + what +
+                       " file is not set; TLS needs certificate, key and ca (castor never runs TLS without "
+                       "verifying peers)");
+  for (auto [path, what] : {std::pair{&t.certificate, "certificate"}, {&t.key, "key"}, {&t.ca, "CA"}})
+    if (!std::ifstream(*path)) refuse(opts, std::string("cannot read the ") + what + " file " + *path);
+  ERR_clear_error();
+  std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_method()), SSL_CTX_free);
+  if (!ctx) refuse(opts, "cannot create an OpenSSL context: " + openssl_errors());
+  SSL_CTX_set_default_passwd_cb(ctx.get(), passphrase_callback);
+  SSL_CTX_set_default_passwd_cb_userdata(ctx.get(), const_cast<std::string*>(&t.passphrase));
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), t.certificate.c_str()) != 1)
+    refuse(opts, "the certificate file " + t.certificate + " is not a PEM certificate: " + openssl_errors());
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), t.key.c_str(), SSL_FILETYPE_PEM) != 1)
+    refuse(opts, "the key file " + t.key + " is not a usable PEM private key (wrong passphrase?): " +
+                     openssl_errors());
+  if (SSL_CTX_check_private_key(ctx.get()) != 1)
+    refuse(opts, "the key " + t.key + " does not belong to the certificate " + t.certificate);
+  if (SSL_CTX_load_verify_locations(ctx.get(), t.ca.c_str(), nullptr) != 1)
+    refuse(opts, "the CA file " + t.ca + " holds no PEM certificate: " + openssl_errors());
+  // Our own certificate must pass the check our peers will make.
+  std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> check(X509_STORE_CTX_new(), X509_STORE_CTX_free);
+  X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx.get()), SSL_CTX_get0_certificate(ctx.get()), nullptr);
+  if (X509_verify_cert(check.get()) != 1)
+    refuse(opts, "the certificate " + t.certificate + " is not signed by the CA " + t.ca + ": " +
+                     X509_verify_cert_error_string(X509_STORE_CTX_get_error(check.get())));
+}
+
+void configure_tls(caf::actor_system_config& cfg, const TlsOptions& tls) {
+  if (!tls.enabled()) return;
+  cfg.load<caf::openssl::manager>();
+  cfg.openssl_certificate = tls.certificate;
+  cfg.openssl_key = tls.key;
+  cfg.openssl_passphrase = tls.passphrase;
+  cfg.openssl_cafile = tls.ca;
+}
+
+void note_unauthenticated_links(const std::string& worker) {
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
+  std::fprintf(stderr,
+               "castor[%s]: links are plain TCP, unauthenticated and unencrypted (no TLS configured; see "
+               "WorkerOptions::tls)\n",
+               worker.c_str());
+}
+
+}  // namespace castor::detail
