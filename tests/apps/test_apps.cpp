@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -316,6 +317,43 @@ TEST_CASE("the shipped one-host example runs (with free ports), reading its CAF 
   INFO(r.output);
   REQUIRE(r.code == 0);
   CHECK(losses(out + ".csv").size() == 1);
+}
+
+// Three workers with certificates from one CA (scripts/make-certs.sh).
+std::string write_tls_cluster(const std::string& name, const std::string& ca_dir, const std::string& stranger_dir) {
+  auto path = scratch(name + ".json");
+  std::ofstream f(path);
+  f << R"({"app": "rpc-tour", "options": {"init_timeout_ms": 8000}, "workers": [)";
+  const char* names[] = {"worker0", "worker1", "worker2"};
+  for (int i = 0; i < 3; ++i) {
+    auto dir = i == 2 && !stranger_dir.empty() ? stranger_dir : ca_dir;
+    f << (i ? "," : "") << R"({"name": ")" << names[i] << R"(", "host": "127.0.0.1", "port": )"
+      << castor::apps::free_local_port() << R"(, "tls": {"certificate": ")" << dir << "/" << names[i]
+      << R"(.pem", "key": ")" << dir << "/" << names[i] << R"(.key", "ca": ")" << dir << R"(/ca.pem"}})";
+  }
+  f << "]}";
+  return path;
+}
+
+TEST_CASE("TLS: workers with certificates from the cluster CA run the tour, a stranger cannot join") {
+  auto certs = scratch("certs"), other = scratch("stranger-certs");
+  auto make = [](const std::string& dir) {
+    return "'" + std::string(CASTOR_SOURCE_DIR) + "/scripts/make-certs.sh' '" + dir + "' worker0 worker1 worker2 >/dev/null";
+  };
+  REQUIRE(std::system(make(certs).c_str()) == 0);
+  REQUIRE(std::system(make(other).c_str()) == 0);  // another CA
+  auto r = run_castor({"launch", write_tls_cluster("tls-good", certs, ""), "--local"});
+  INFO(r.output);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "caught: worker worker2: function 'tour_fail' raised"));
+  CHECK_FALSE(contains(r.output, "unauthenticated"));
+  // worker2's certificate is signed by another CA: its handshakes fail on
+  // both sides, so it never joins and the job fails instead of running with it.
+  r = run_castor({"launch", write_tls_cluster("tls-stranger", certs, other), "--local"}, std::chrono::seconds(90));
+  INFO(r.output);
+  CHECK(r.code != 0);
+  CHECK_FALSE(contains(r.output, "tour_fail"));
+  CHECK(contains(r.output, "[worker0] error: init_rpc(worker0): timed out waiting for ranks 2 to join"));
 }
 
 TEST_CASE("the Fashion-MNIST reader: the real files, and corrupt ones refused by name") {
