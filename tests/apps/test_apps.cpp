@@ -323,7 +323,7 @@ TEST_CASE("the shipped one-host example runs (with free ports), reading its CAF 
 std::string write_tls_cluster(const std::string& name, const std::string& ca_dir, const std::string& stranger_dir) {
   auto path = scratch(name + ".json");
   std::ofstream f(path);
-  f << R"({"app": "rpc-tour", "options": {"init_timeout_ms": 8000}, "workers": [)";
+  f << R"({"app": "rpc-tour", "options": {"init_timeout_ms": 20000}, "workers": [)";
   const char* names[] = {"worker0", "worker1", "worker2"};
   for (int i = 0; i < 3; ++i) {
     auto dir = i == 2 && !stranger_dir.empty() ? stranger_dir : ca_dir;
