@@ -43,11 +43,18 @@ struct BackwardGrad {
   bool retain_graph = false;
   int64_t timeout_ms = 0;       // how long a participant may wait for a gradient (FAST mode diagnosis)
   std::vector<uint64_t> participants;  // SMART mode: the sends that take part in this pass
+  std::string malformed{};  // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, BackwardGrad& x) {
-    return f(caf::meta::type_name("castor::BackwardGrad"), x.context, x.send, x.from, x.request, wire::checked(x.grads),
-             x.retain_graph, x.timeout_ms, wire::checked(x.participants));
+    if constexpr (std::is_base_of<caf::deserializer, Inspector>::value)
+      return wire::decode_or_mark(f, x.malformed, [&] {
+        return f(x.context, x.send, x.from, x.request, wire::checked(x.grads), x.retain_graph, x.timeout_ms,
+                 wire::checked(x.participants));
+      });
+    else
+      return f(caf::meta::type_name("castor::BackwardGrad"), x.context, x.send, x.from, x.request,
+               wire::checked(x.grads), x.retain_graph, x.timeout_ms, wire::checked(x.participants));
   }
 };
 
@@ -56,10 +63,14 @@ struct BackwardDone {
   uint64_t request = 0;
   bool ok = true;
   ErrorInfo error;
+  std::string malformed{};  // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, BackwardDone& x) {
-    return f(caf::meta::type_name("castor::BackwardDone"), x.context, x.request, x.ok, x.error);
+    if constexpr (std::is_base_of<caf::deserializer, Inspector>::value)
+      return wire::decode_or_mark(f, x.malformed, [&] { return f(x.context, x.request, x.ok, x.error); });
+    else
+      return f(caf::meta::type_name("castor::BackwardDone"), x.context, x.request, x.ok, x.error);
   }
 };
 
@@ -71,10 +82,18 @@ struct ContextControl {
   uint8_t op = cleanup;
   WorkerId from = -1;
   ErrorInfo reason;  // abort: why
+  std::string malformed{};  // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, ContextControl& x) {
-    return f(caf::meta::type_name("castor::ContextControl"), x.context, x.op, x.from, x.reason);
+    if constexpr (std::is_base_of<caf::deserializer, Inspector>::value)
+      return wire::decode_or_mark(f, x.malformed, [&]() -> caf::error {
+        if (auto err = f(x.context, x.op, x.from, x.reason)) return err;
+        if (x.op > abort) return wire::refuse("unknown context operation " + std::to_string(x.op));
+        return caf::none;
+      });
+    else
+      return f(caf::meta::type_name("castor::ContextControl"), x.context, x.op, x.from, x.reason);
   }
 };
 

@@ -33,6 +33,7 @@ struct CallRequest {
                             // (its rref id and the creator's fork), and the
                             // reply only acknowledges it
   AutogradMeta autograd;    // the caller's autograd context, if any
+  std::string malformed{};    // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   bool is_remote() const { return result_to.rref_id.valid(); }
 
@@ -40,12 +41,14 @@ struct CallRequest {
   friend typename Inspector::result_type inspect(Inspector& f, CallRequest& x) {
     auto kind = uint8_t(x.kind);
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
-      if (auto err = f(x.id, x.caller, wire::checked(x.function), wire::checked(x.args), kind, x.target, x.result_to,
-                       x.autograd))
-        return err;
-      if (kind > uint8_t(CallKind::fetch)) return caf::sec::invalid_argument;
-      x.kind = CallKind(kind);
-      return caf::none;
+      return wire::decode_or_mark(f, x.malformed, [&]() -> caf::error {
+        if (auto err = f(x.id, x.caller, wire::checked(x.function), wire::checked(x.args), kind, x.target,
+                         x.result_to, x.autograd))
+          return err;
+        if (kind > uint8_t(CallKind::fetch)) return wire::refuse("unknown call kind " + std::to_string(kind));
+        x.kind = CallKind(kind);
+        return caf::none;
+      });
     } else {
       return f(caf::meta::type_name("castor::CallRequest"), x.id, x.caller, wire::checked(x.function),
                wire::checked(x.args), kind, x.target, x.result_to, x.autograd);
@@ -59,10 +62,14 @@ struct CallReply {
   Value result;     // when ok
   ErrorInfo error;  // when not ok
   AutogradMeta autograd;  // set when the result's tensors got a SendRpcBackward
+  std::string malformed{};  // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, CallReply& x) {
-    return f(caf::meta::type_name("castor::CallReply"), x.id, x.ok, x.result, x.error, x.autograd);
+    if constexpr (std::is_base_of<caf::deserializer, Inspector>::value)
+      return wire::decode_or_mark(f, x.malformed, [&] { return f(x.id, x.ok, x.result, x.error, x.autograd); });
+    else
+      return f(caf::meta::type_name("castor::CallReply"), x.id, x.ok, x.result, x.error, x.autograd);
   }
 };
 

@@ -21,14 +21,17 @@ caf::error inspect(caf::serializer& f, TensorChunk& x) {
 }
 
 caf::error inspect(caf::deserializer& f, TensorChunk& x) {
-  if (auto err = f(x.transfer, x.dtype, wire::checked(x.sizes), x.offset)) return err;
-  if (!wire::from_wire_dtype(x.dtype) || x.sizes.size() > wire::kMaxDims) return caf::sec::invalid_argument;
-  size_t n = 0;
-  if (auto err = wire::read_length(f, n)) return err;
-  x.bytes.resize(n);
-  if (n > 0)
-    if (auto err = f.apply_raw(n, x.bytes.data())) return err;
-  return f.end_sequence();
+  return wire::decode_or_mark(f, x.malformed, [&]() -> caf::error {
+    if (auto err = f(x.transfer, x.dtype, wire::checked(x.sizes), x.offset)) return err;
+    if (!wire::from_wire_dtype(x.dtype)) return wire::refuse("unknown tensor dtype code " + std::to_string(x.dtype));
+    if (x.sizes.size() > wire::kMaxDims) return wire::refuse("a tensor of " + std::to_string(x.sizes.size()) + " dimensions");
+    size_t n = 0;
+    if (auto err = wire::read_length(f, n)) return err;
+    x.bytes.resize(n);
+    if (n > 0)
+      if (auto err = f.apply_raw(n, x.bytes.data())) return err;
+    return f.end_sequence();
+  });
 }
 
 }  // namespace castor

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -22,6 +23,7 @@ struct TensorChunk {
   // Sender side: a byte view into the tensor (no copy). Receiver side: the bytes.
   at::Tensor slice;
   std::vector<char> bytes;
+  std::string malformed{};  // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 };
 
 caf::error inspect(caf::serializer& f, TensorChunk& x);

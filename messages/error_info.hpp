@@ -32,7 +32,7 @@ struct ErrorInfo {
     auto k = uint8_t(x.kind);
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
       if (auto err = f(k, wire::checked(x.worker), wire::checked(x.message))) return err;
-      if (k > uint8_t(ErrorKind::Autograd)) return caf::sec::invalid_argument;
+      if (k > uint8_t(ErrorKind::Autograd)) return wire::refuse("unknown error kind " + std::to_string(k));
       x.kind = ErrorKind(k);
       return caf::none;
     } else {

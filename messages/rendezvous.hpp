@@ -13,7 +13,7 @@
 namespace castor {
 
 /// Bumped whenever a message's wire format changes; joiners must agree.
-inline constexpr uint32_t kWireProtocolVersion = 2;
+inline constexpr uint32_t kWireProtocolVersion = 3;  // 3: Value doubles as raw IEEE 754 bits
 
 struct WorkerRecord {
   std::string name;

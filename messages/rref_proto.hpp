@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <caf/meta/type_name.hpp>
 #include <caf/sec.hpp>
 
 #include "messages/ids.hpp"
+#include "messages/wire_checks.hpp"
 
 namespace castor {
 
@@ -25,15 +27,18 @@ struct RRefControl {
   RRefId rref;
   ForkId fork;
   WorkerId holder = -1;  // who holds `fork` (the child, or the deleting user)
+  std::string malformed{};  // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, RRefControl& x) {
     auto op = uint8_t(x.op);
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
-      if (auto err = f(x.id, op, x.rref, x.fork, x.holder)) return err;
-      if (op > uint8_t(RRefOp::user_delete)) return caf::sec::invalid_argument;
-      x.op = RRefOp(op);
-      return caf::none;
+      return wire::decode_or_mark(f, x.malformed, [&]() -> caf::error {
+        if (auto err = f(x.id, op, x.rref, x.fork, x.holder)) return err;
+        if (op > uint8_t(RRefOp::user_delete)) return wire::refuse("unknown RRef operation " + std::to_string(op));
+        x.op = RRefOp(op);
+        return caf::none;
+      });
     } else {
       return f(caf::meta::type_name("castor::RRefControl"), x.id, op, x.rref, x.fork, x.holder);
     }

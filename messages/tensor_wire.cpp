@@ -106,21 +106,22 @@ caf::error read_tensor(caf::deserializer& f, Value& out) {
   uint8_t ndim = 0;
   if (auto err = f(code, flags, ndim)) return err;
   auto dtype = from_wire_dtype(code);
-  if (!dtype || ndim > kMaxDims || (flags & ~uint8_t(kRequiresGrad | kExternal)) != 0)
-    return caf::sec::invalid_argument;
+  if (!dtype) return refuse("unknown tensor dtype code " + std::to_string(code));
+  if (ndim > kMaxDims) return refuse("a tensor of " + std::to_string(ndim) + " dimensions");
+  if ((flags & ~uint8_t(kRequiresGrad | kExternal)) != 0) return refuse("unknown tensor flags " + std::to_string(flags));
   std::vector<int64_t> sizes(ndim);
   // numel with overflow checks: a forged shape must not wrap around.
   uint64_t numel = 1;
   for (auto& s : sizes) {
     if (auto err = f(s)) return err;
-    if (s < 0) return caf::sec::invalid_argument;
-    if (s != 0 && numel > (uint64_t{1} << 62) / uint64_t(s)) return caf::sec::invalid_argument;
+    if (s < 0) return refuse("a negative tensor size");
+    if (s != 0 && numel > (uint64_t{1} << 62) / uint64_t(s)) return refuse("a tensor shape with too many elements");
     numel *= uint64_t(s);
   }
   auto elem = c10::elementSize(*dtype);
   bool requires_grad = (flags & kRequiresGrad) != 0;
   if (requires_grad && !c10::isFloatingType(*dtype) && !c10::isComplexType(*dtype))
-    return caf::sec::invalid_argument;
+    return refuse("requires_grad on a tensor of dtype " + std::string(c10::toString(*dtype)));
   if (flags & kExternal) {
     ExternalTensor ext;
     if (auto err = f(ext.transfer)) return err;
@@ -133,8 +134,8 @@ caf::error read_tensor(caf::deserializer& f, Value& out) {
   size_t n = 0;
   if (auto err = f.begin_sequence(n)) return err;
   if (numel > std::numeric_limits<uint64_t>::max() / elem || n != numel * elem)
-    return caf::sec::invalid_argument;
-  if (n > remaining_bytes(f)) return caf::sec::end_of_stream;
+    return refuse("tensor bytes (" + std::to_string(n) + ") do not match its shape");
+  if (n > remaining_bytes(f)) return caf::make_error(caf::sec::end_of_stream, "tensor bytes beyond the message's end");
   auto t = at::empty(sizes, at::TensorOptions().dtype(*dtype));
   if (n > 0)
     if (auto err = f.apply_raw(n, t.data_ptr())) return err;
@@ -142,7 +143,7 @@ caf::error read_tensor(caf::deserializer& f, Value& out) {
     // A bool byte other than 0 or 1 is undefined behaviour in libtorch.
     auto* p = static_cast<const uint8_t*>(t.data_ptr());
     for (size_t i = 0; i < n; ++i)
-      if (p[i] > 1) return caf::sec::invalid_argument;
+      if (p[i] > 1) return refuse("a bool tensor element of " + std::to_string(p[i]));
   }
   if (auto err = f.end_sequence()) return err;
   if (requires_grad) t.set_requires_grad(true);

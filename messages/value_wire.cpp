@@ -1,5 +1,7 @@
 // Value on the wire: a one-byte tag, then the payload. Decoding never trusts a
 // length: every count is checked against the bytes left, nesting is capped.
+#include <cstring>
+
 #include <caf/deserializer.hpp>
 #include <caf/sec.hpp>
 #include <caf/serializer.hpp>
@@ -10,6 +12,18 @@
 
 namespace castor {
 namespace wire {
+
+std::string describe(const caf::error& err) {
+  if (!err) return "no error";
+  const auto& ctx = err.context();
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0)) return ctx.get_as<std::string>(0);
+  if (err.category() == caf::atom("system")) {
+    auto code = static_cast<caf::sec>(err.code());
+    if (code == caf::sec::end_of_stream) return "truncated";
+    return caf::to_string(code);
+  }
+  return caf::to_string(err);
+}
 
 caf::error write_string(caf::serializer& f, std::string& s) {
   size_t n = s.size();
@@ -56,8 +70,12 @@ caf::error write_value(caf::serializer& f, Value& x) {
       return f(i);
     }
     case Value::Kind::Double: {
+      // The IEEE 754 bits as they are: CAF 0.17's own double encoding loops
+      // forever on an infinity and loses NaNs and subnormals.
       double d = x.to_double();
-      return f(d);
+      uint64_t bits = 0;
+      std::memcpy(&bits, &d, sizeof bits);
+      return f(bits);
     }
     case Value::Kind::String: return wire::write_string(f, x.to_string_ref());
     case Value::Kind::Tensor: return wire::write_tensor(f, x.to_tensor());
@@ -76,7 +94,7 @@ caf::error write_value(caf::serializer& f, Value& x) {
 }
 
 caf::error read_value(caf::deserializer& f, Value& x, int depth) {
-  if (depth > kMaxNesting) return caf::sec::invalid_argument;
+  if (depth > kMaxNesting) return wire::refuse("values nested deeper than " + std::to_string(kMaxNesting));
   uint8_t tag = 0;
   if (auto err = f(tag)) return err;
   switch (Value::Kind(tag)) {
@@ -84,7 +102,7 @@ caf::error read_value(caf::deserializer& f, Value& x, int depth) {
     case Value::Kind::Bool: {
       uint8_t b = 0;
       if (auto err = f(b)) return err;
-      if (b > 1) return caf::sec::invalid_argument;
+      if (b > 1) return wire::refuse("a bool byte of " + std::to_string(b));
       x = Value(b == 1);
       return caf::none;
     }
@@ -95,8 +113,10 @@ caf::error read_value(caf::deserializer& f, Value& x, int depth) {
       return caf::none;
     }
     case Value::Kind::Double: {
+      uint64_t bits = 0;
+      if (auto err = f(bits)) return err;
       double d = 0;
-      if (auto err = f(d)) return err;
+      std::memcpy(&d, &bits, sizeof d);
       x = Value(d);
       return caf::none;
     }
@@ -122,7 +142,7 @@ caf::error read_value(caf::deserializer& f, Value& x, int depth) {
       x = Value(std::move(r));
       return caf::none;
     }
-    default: return caf::sec::invalid_argument;
+    default: return wire::refuse("unknown value tag " + std::to_string(tag));
   }
 }
 

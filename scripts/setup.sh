@@ -9,6 +9,7 @@ packages=(
   libboost-dev                    # misc utilities
   nlohmann-json3-dev              # cluster files, inspection output
   doctest-dev                     # tests
+  clang libclang-rt-14-dev        # the fuzz test (libFuzzer, ASan, UBSan; tests/fuzz)
   libssl-dev openssl              # TLS: file checks, the test CA (scripts/make-certs.sh)
   zlib1g-dev                      # gzip'd IDX files of the data set
   dataset-fashion-mnist           # the training apps' data

@@ -1,6 +1,9 @@
 // Value: every kind round-trips; lengths and nesting are bounded on decode.
 #include <doctest/doctest.h>
 
+#include <cstring>
+#include <limits>
+
 #include <ATen/ATen.h>
 
 #include "messages/call.hpp"
@@ -86,11 +89,15 @@ TEST_CASE("call messages round-trip and reject truncation") {
   CHECK((back.id == req.id));
   CHECK(back.function == "my_add");
   CHECK(back.args.size() == 2);
+  // A truncated request still decodes, marked malformed with why, so that the
+  // worker can name the sender (Note [Hostile input] H2).
   for (size_t n = 0; n < buf.size(); n += 3) {
     std::vector<char> cut(buf.begin(), buf.begin() + long(n));
     CallRequest partial;
-    CHECK(decode(cut, partial));
+    REQUIRE_FALSE(decode(cut, partial));
+    CHECK_FALSE(partial.malformed.empty());
   }
+  CHECK(back.malformed.empty());
   CallReply reply;
   reply.id = req.id;
   reply.ok = false;
@@ -117,4 +124,53 @@ TEST_CASE("ValueTraits convert C++ types and report mismatches with a path") {
   CHECK(ValueTraits<double>::from_value(Value(int64_t(3))) == 3.0);
   CHECK_THROWS_AS(ValueTraits<int8_t>::from_value(Value(int64_t(1000))), TypeMismatch);
   CHECK((ValueTraits<std::optional<at::Tensor>>::from_value(Value()) == std::nullopt));
+}
+
+// Found by tests/fuzz: CAF 0.17 encodes a double with a loop that never ends
+// on an infinity (and loses NaN payloads and subnormals), so re-sending a
+// received infinity hung the sending thread. Values carry the IEEE bits.
+TEST_CASE("infinities, NaNs and subnormals round-trip bit for bit") {
+  for (double d : {std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity(),
+                   std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::denorm_min(), -0.0,
+                   std::numeric_limits<double>::max(), 1.0 / 3}) {
+    auto back = roundtrip(Value(d));
+    REQUIRE(back.is_double());
+    double got = back.to_double();
+    CHECK(std::memcmp(&got, &d, sizeof d) == 0);
+  }
+}
+
+TEST_CASE("malformed content marks the message with why instead of failing it") {
+  CallRequest req;
+  req.id = CallId(1, 7);
+  req.caller = 1;
+  req.function = "f";
+  req.args = {Value(int64_t(1))};
+  auto buf = encode(req);
+  // The argument's value tag sits after id (8), caller (2), name (1 + 1) and
+  // the argument count (1): make it an unknown tag.
+  buf[8 + 2 + 2 + 1] = char(77);
+  CallRequest back;
+  REQUIRE_FALSE(decode(buf, back));
+  CHECK((back.id == req.id));  // what was read before stays: the reply can name the call
+  CHECK(back.malformed == "unknown value tag 77");
+
+  CallReply reply{CallId(1, 7), true, Value(at::ones({2})), {}, {}};
+  auto rbuf = encode(reply);
+  rbuf[8 + 1 + 1] = char(99);  // the tensor's dtype code
+  CallReply rback;
+  REQUIRE_FALSE(decode(rbuf, rback));
+  CHECK(rback.malformed == "unknown tensor dtype code 99");
+
+  ContextControl ctl{ContextId(1, 1), 1, 0, {}};
+  auto cbuf = encode(ctl);
+  cbuf[8] = char(5);  // the operation
+  ContextControl cback;
+  REQUIRE_FALSE(decode(cbuf, cback));
+  CHECK(cback.malformed == "unknown context operation 5");
+
+  // Nested structs and plain values stay strict: only whole messages are marked.
+  Value v;
+  std::vector<char> vbuf{char(77)};
+  CHECK(decode(vbuf, v));
 }
