@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/inspection.hpp"
 #include "messages/autograd_proto.hpp"
 #include "messages/value.hpp"
 
@@ -36,6 +37,8 @@ class AutogradHooks {
   virtual bool idle() const = 0;
   virtual void stop() = 0;
   virtual std::map<std::string, int64_t> debug_info() const = 0;
+  /// The contexts alive here now (castor inspect).
+  virtual AutogradInspection inspect() const = 0;
 };
 
 /// Makes a context current on this thread for a scope (user functions run

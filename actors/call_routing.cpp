@@ -28,6 +28,19 @@ namespace castor::detail {
 //  - Calls to ourselves take the same path; the caller copies the arguments
 //    first so that a value passed by copy stays a copy without serializing.
 
+namespace {
+
+CallLatencyKind latency_kind_of(const CallRequest& req) {
+  if (req.is_remote()) return CallLatencyKind::remote;
+  switch (req.kind) {
+    case CallKind::method: return CallLatencyKind::method;
+    case CallKind::fetch: return CallLatencyKind::to_here;
+    default: return CallLatencyKind::rpc;
+  }
+}
+
+}  // namespace
+
 void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::milliseconds timeout, Completion done) {
   auto fail_now = [&](ErrorKind kind, const std::string& why) {
     done(Outcome::failure(make_error(kind, to == rank ? name : name_of(to), why)));
@@ -37,7 +50,7 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
     return fail_now(ErrorKind::Unreachable,
                     "worker " + name_of(to) + " is unreachable (calling '" + req.function + "')");
   auto id = req.id;
-  if (pending.add(id, PendingCall{to, req.function, timeout, std::move(done)}))
+  if (pending.add(id, PendingCall{to, req.function, timeout, std::move(done), uint8_t(latency_kind_of(req))}))
     caf::anon_send(actor, sweep_atom::value);
   if (unreachable() || state.load() == RunState::stopped) {
     if (auto call = pending.take(id)) {
@@ -81,6 +94,7 @@ void handle_reply_impl(worker_pointer self, CallReply&& reply) {
   st.rt->counters.received.fetch_add(1, std::memory_order_relaxed);
   auto call = st.rt->pending.take(reply.id);
   if (!call) return;  // late reply after a timeout or a death: dropped quietly
+  st.rt->stats.latency[call->latency_kind].record(Clock::now() - call->started);
   if (reply.ok) {
     auto err = st.chunks.resolve(reply.result);
     if (!err.empty())

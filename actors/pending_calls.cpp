@@ -63,4 +63,11 @@ size_t PendingCalls::size() const {
   return calls_.size();
 }
 
+std::map<WorkerId, size_t> PendingCalls::count_by_peer() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  std::map<WorkerId, size_t> out;
+  for (auto& [id, e] : calls_) ++out[e.call.to];
+  return out;
+}
+
 }  // namespace castor::detail

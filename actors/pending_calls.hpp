@@ -24,6 +24,8 @@ struct PendingCall {
   std::string function;
   std::chrono::milliseconds timeout{0};
   Completion done;
+  uint8_t latency_kind = 0;           // a CallLatencyKind (actors/metrics.hpp)
+  Clock::time_point started = Clock::now();  // for the latency histograms
 };
 
 class PendingCalls {
@@ -44,6 +46,8 @@ class PendingCalls {
 
   bool empty() const;
   size_t size() const;
+  /// Calls awaiting a reply, by the rank they went to (inspection).
+  std::map<WorkerId, size_t> count_by_peer() const;
 
  private:
   struct Entry {

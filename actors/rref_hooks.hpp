@@ -11,6 +11,7 @@
 
 #include <caf/fwd.hpp>
 
+#include "actors/inspection.hpp"
 #include "actors/registry.hpp"
 #include "messages/call.hpp"
 #include "messages/rref_proto.hpp"
@@ -56,6 +57,8 @@ class RRefHooks {
   /// No control message awaits an ack and no owner is alive here.
   virtual bool idle() const = 0;
   virtual std::map<std::string, int64_t> debug_info() const = 0;
+  /// Owned RRefs and unconfirmed forks here now (castor inspect).
+  virtual RRefInspection inspect() const = 0;
   /// Stops the RRef actors (teardown).
   virtual void stop() = 0;
 };

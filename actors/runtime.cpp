@@ -3,6 +3,7 @@
 
 #include <caf/send.hpp>
 
+#include "actors/inspector.hpp"
 #include "actors/worker.hpp"
 
 namespace castor::detail {
@@ -17,6 +18,7 @@ void Runtime::teardown() {
   if (executor) executor->stop();
   if (rrefs) rrefs->stop();
   if (autograd) autograd->stop();
+  stop_inspection(*this);
   if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   actor = nullptr;
   {

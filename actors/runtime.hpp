@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -12,10 +13,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
 #include "actors/executor.hpp"
+#include "actors/metrics.hpp"
 #include "actors/pending_calls.hpp"
 #include "actors/autograd_hooks.hpp"
 #include "actors/rref_hooks.hpp"
@@ -60,6 +63,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::unique_ptr<RRefHooks> rrefs;             // the rref/ layer (install_layers)
   std::unique_ptr<AutogradHooks> autograd;      // the engine/ layer (install_layers)
   std::function<bool(const std::string&)> class_known;  // for error messages
+  caf::actor inspector;       // answers castor inspect (actors/inspector.cpp)
+  caf::actor metrics_server;  // the optional metrics port
 
   // -- shared, thread-safe ----------------------------------------------------
   IdGenerator<CallId> call_ids;
@@ -67,6 +72,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::unique_ptr<std::atomic<bool>[]> peer_dead;  // by rank; set by the actor, never cleared
   IdGenerator<TransferId> transfer_ids;
   MessageCounters counters;
+  MessageStats stats;  // inspection: messages by type, call latencies
+  const std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
   std::atomic<RunState> state{RunState::starting};
 
  private:

@@ -9,6 +9,7 @@
 #include <caf/send.hpp>
 
 #include "actors/caf_config.hpp"
+#include "actors/inspector.hpp"
 #include "actors/rendezvous.hpp"
 #include "actors/runtime.hpp"
 #include "actors/thread_context.hpp"
@@ -86,6 +87,7 @@ Worker init_rpc(WorkerOptions opts) {
   rt->actor = detail::spawn_worker_actor(*rt);
   try {
     detail::join_world(*rt);
+    detail::start_inspection(*rt);
   } catch (...) {
     caf::logger::set_current_actor_system(nullptr);
     rt->state.store(detail::RunState::stopped);

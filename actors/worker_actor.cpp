@@ -42,24 +42,42 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         return rp;
       },
       // -- calls ------------------------------------------------------------
-      [self](CallRequest& req) { handle_request_impl(self, std::move(req)); },
-      [self](CallReply& reply) { handle_reply_impl(self, std::move(reply)); },
-      [self](TensorChunk& chunk) { handle_chunk_impl(self, std::move(chunk)); },
-      [self](RRefControl& msg) { self->state.rt->rrefs->handle_control(std::move(msg)); },
-      [self](RRefControlAck& ack) { self->state.rt->rrefs->handle_ack(std::move(ack)); },
+      [self](CallRequest& req) {
+        self->state.rt->stats.count(MessageType::call_request);
+        handle_request_impl(self, std::move(req));
+      },
+      [self](CallReply& reply) {
+        self->state.rt->stats.count(MessageType::call_reply);
+        handle_reply_impl(self, std::move(reply));
+      },
+      [self](TensorChunk& chunk) {
+        self->state.rt->stats.count(MessageType::tensor_chunk);
+        handle_chunk_impl(self, std::move(chunk));
+      },
+      [self](RRefControl& msg) {
+        self->state.rt->stats.count(MessageType::rref_control);
+        self->state.rt->rrefs->handle_control(std::move(msg));
+      },
+      [self](RRefControlAck& ack) {
+        self->state.rt->stats.count(MessageType::rref_ack);
+        self->state.rt->rrefs->handle_ack(std::move(ack));
+      },
       // -- distributed autograd (counted messages, see Note [Graceful shutdown])
       [self](BackwardGrad& g) {
         auto* rt = self->state.rt;
         rt->counters.received.fetch_add(1);
+        rt->stats.count(MessageType::backward_grad);
         auto from = g.from;
         rt->autograd->handle_grad(std::move(g), from);
       },
       [self](BackwardDone& d) {
         self->state.rt->counters.received.fetch_add(1);
+        self->state.rt->stats.count(MessageType::backward_done);
         self->state.rt->autograd->handle_done(std::move(d));
       },
       [self](ContextControl& c) {
         self->state.rt->counters.received.fetch_add(1);
+        self->state.rt->stats.count(MessageType::context_control);
         self->state.rt->autograd->handle_control(std::move(c));
       },
       [self](sweep_atom) { sweep_impl(self); },

@@ -72,6 +72,11 @@ struct WorkerOptions {
   /// TLS: none by default (castor then says once that links are unauthenticated).
   TlsOptions tls;
 
+  /// Prometheus text on http://metrics_host:metrics_port/metrics; 0: off.
+  /// metrics_host defaults to `host`.
+  uint16_t metrics_port = 0;
+  std::string metrics_host;
+
   /// A CAF INI file ([scheduler], [middleman], ...) read over castor's
   /// defaults; empty: none.
   std::string caf_config_file;

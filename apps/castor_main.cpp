@@ -7,6 +7,7 @@
 
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
+#include "apps/inspect.hpp"
 #include "apps/launch.hpp"
 
 namespace {
@@ -24,6 +25,7 @@ const char* kUsage =
     "  apps                       list the apps and their flags\n"
     "  launch <cluster.json> [--local]   start the cluster file's workers that live on this host\n"
     "  worker --config <cluster.json> --name <worker>   run one worker of a cluster file\n"
+    "  inspect <host:port> [--json] [--watch]   show what a running worker holds (--help for more)\n"
     "  --help                     this text\n";
 
 int list_apps() {
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
   if (cmd == "apps") return list_apps();
   if (cmd == "launch") return launch_command(rest);
   if (cmd == "worker") return worker_command(rest);
+  if (cmd == "inspect") return inspect_command(rest);
   if (cmd == "run") {
     if (rest.empty()) {
       std::fprintf(stderr, "castor run: which app? (see `castor apps`)\n");

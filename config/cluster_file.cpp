@@ -153,7 +153,7 @@ ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::str
                           const std::vector<std::string>& default_args, const TlsOptions& default_tls) {
   auto field = "workers[" + std::to_string(index) + "]";
   if (!w.is_object()) r.fail(field, "expected an object, got " + Reader::describe(w));
-  r.warn_unknown(w, field, {"name", "rank", "host", "port", "app", "args", "tls"});
+  r.warn_unknown(w, field, {"name", "rank", "host", "port", "app", "args", "tls", "metrics_port"});
   for (const char* required : {"name", "host", "port"})
     if (!w.contains(required)) r.fail(field, std::string("missing \"") + required + "\"");
   ClusterWorker out;
@@ -166,6 +166,7 @@ ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::str
   out.app = w.contains("app") ? r.string(w["app"], field + ".app") : default_app;
   out.args = w.contains("args") ? r.strings(w["args"], field + ".args") : default_args;
   out.tls = w.contains("tls") ? read_tls(r, w["tls"], field + ".tls", default_tls) : default_tls;
+  if (w.contains("metrics_port")) out.metrics_port = uint16_t(r.integer(w["metrics_port"], field + ".metrics_port", 1, 65535));
   return out;
 }
 
@@ -189,6 +190,7 @@ WorkerOptions ClusterFile::options_for(const std::string& name) const {
   o.port = me.port;
   o.master = Address{workers.front().host, workers.front().port};  // rank 0 serves the rendezvous
   o.tls = me.tls;
+  o.metrics_port = me.metrics_port;
   return o;
 }
 

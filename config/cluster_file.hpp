@@ -7,7 +7,8 @@
 //     "workers": [
 //       {"name": "ps", "rank": 0, "host": "10.0.0.1", "port": 29600},
 //       {"name": "trainer1", "host": "10.0.0.2", "port": 29600, "app": "...", "args": [...],
-//        "tls": {"certificate": "certs/trainer1.pem", "key": "certs/trainer1.key"}}
+//        "tls": {"certificate": "certs/trainer1.pem", "key": "certs/trainer1.key"},
+//        "metrics_port": 9464}                                  // optional: Prometheus text
 //     ],
 //     "tls": {"certificate": "certs/node.pem", "key": "certs/node.key", "ca": "certs/ca.pem"},
 //     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "num_worker_threads": 16,
@@ -38,6 +39,7 @@ struct ClusterWorker {
   std::string app;                // empty: serve only
   std::vector<std::string> args;  // the app's flags
   TlsOptions tls;                 // the file's "tls", with this worker's own "tls" over it
+  uint16_t metrics_port = 0;      // Prometheus text served here; 0: none
 };
 
 struct ClusterFile {

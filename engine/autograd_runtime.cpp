@@ -45,6 +45,7 @@ context_actor AutogradRuntime::context(ContextId id, bool create) {
   // reference: drop ours (CAF's own threads keep theirs).
   if (!on_caf_thread()) caf::logger::set_current_actor_system(nullptr);
   contexts_.emplace(id, actor);
+  created_.emplace(id, std::chrono::steady_clock::now());
   counters_.contexts.fetch_add(1);
   return actor;
 }
@@ -58,6 +59,7 @@ ContextId AutogradRuntime::create_context() {
 void AutogradRuntime::forget(ContextId id) {
   std::lock_guard<std::mutex> lock(mtx_);
   if (contexts_.erase(id)) counters_.contexts.fetch_sub(1);
+  created_.erase(id);
   released_.insert(id);
 }
 
@@ -148,6 +150,16 @@ std::map<std::string, int64_t> AutogradRuntime::debug_info() const {
           {"num_running_graph_tasks", counters_.graph_tasks.load()},
           {"send_functions_total", counters_.sends_total.load()},
           {"lineage_bytes_total", counters_.lineage_bytes.load()}};
+}
+
+AutogradInspection AutogradRuntime::inspect() const {
+  AutogradInspection out;
+  auto now = std::chrono::steady_clock::now();
+  std::lock_guard<std::mutex> lock(mtx_);
+  for (auto& [id, created] : created_)
+    out.contexts.push_back(
+        AutogradContextInfo{to_string(id), std::chrono::duration_cast<std::chrono::milliseconds>(now - created).count()});
+  return out;
 }
 
 bool AutogradRuntime::idle() const { return counters_.graph_tasks.load() == 0; }

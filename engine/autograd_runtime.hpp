@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -41,6 +42,7 @@ class AutogradRuntime : public AutogradHooks {
   bool idle() const override;
   void stop() override;
   std::map<std::string, int64_t> debug_info() const override;
+  AutogradInspection inspect() const override;
 
   /// The actor of context `id` here; created on first use unless released.
   context_actor context(ContextId id, bool create);
@@ -60,6 +62,7 @@ class AutogradRuntime : public AutogradHooks {
   AutogradCounters counters_;
   mutable std::mutex mtx_;
   std::unordered_map<ContextId, context_actor> contexts_;
+  std::unordered_map<ContextId, std::chrono::steady_clock::time_point> created_;  // inspection
   std::unordered_set<ContextId> released_;  // cleaned up: a late message must not recreate them
   bool stopped_ = false;
 };

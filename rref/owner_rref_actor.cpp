@@ -29,6 +29,7 @@ struct owner_state {
   Runtime* rt = nullptr;
   RRefId id;
   std::shared_ptr<Holder> holder;
+  std::shared_ptr<OwnerStats> stats;
   std::function<void()> on_gone;
 
   // Fork accounting (see Note [RRef protocol]); changed by add/del/peer_down.
@@ -169,11 +170,13 @@ void fetch(owner_pointer self, OwnerCall&& call) {
 }
 
 owner_rref_actor::behavior_type owner_behavior(owner_pointer self, Runtime* rt, RRefId id,
-                                               std::shared_ptr<Holder> holder, std::function<void()> on_gone) {
+                                               std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats,
+                                               std::function<void()> on_gone) {
   auto& st = self->state;
   st.rt = rt;
   st.id = id;
   st.holder = std::move(holder);
+  st.stats = std::move(stats);
   st.on_gone = std::move(on_gone);
   counters(self).owners.fetch_add(1);
   return {
@@ -182,11 +185,15 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, Runtime* rt, 
         if (st.deleted.count(fork) || st.forks.count(fork)) return;  // late, repeated or already gone
         st.forks.emplace(fork, holder);
         counters(self).forks.fetch_add(1);
+        st.stats->forks.fetch_add(1);
       },
       [self](del_fork_atom, ForkId fork) {
         auto& st = self->state;
         st.deleted.insert(fork);
-        if (st.forks.erase(fork)) counters(self).forks.fetch_sub(1);
+        if (st.forks.erase(fork)) {
+          counters(self).forks.fetch_sub(1);
+          st.stats->forks.fetch_sub(1);
+        }
         maybe_end(self);
       },
       [self](local_ref_atom, int32_t delta) {
@@ -218,6 +225,7 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, Runtime* rt, 
           if (it->second == rank) {
             st.deleted.insert(it->first);
             counters(self).forks.fetch_sub(1);
+            st.stats->forks.fetch_sub(1);
             it = st.forks.erase(it);
           } else {
             ++it;
@@ -237,8 +245,9 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, Runtime* rt, 
 }  // namespace
 
 owner_rref_actor spawn_owner_rref(Runtime& rt, RRefId id, std::shared_ptr<Holder> holder,
-                                  std::function<void()> on_gone) {
-  return rt.system->middleman().spawn_broker(owner_behavior, &rt, id, std::move(holder), std::move(on_gone));
+                                  std::shared_ptr<OwnerStats> stats, std::function<void()> on_gone) {
+  return rt.system->middleman().spawn_broker(owner_behavior, &rt, id, std::move(holder), std::move(stats),
+                                             std::move(on_gone));
 }
 
 }  // namespace castor::detail

@@ -5,6 +5,8 @@
 // when nothing refers to the value any more. See Note [RRef protocol].
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -35,6 +37,13 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::OwnerCall)
 
 namespace castor::detail {
 
+/// What inspection sees of one owner (castor inspect); the owner actor keeps
+/// `forks` equal to its number of live forks.
+struct OwnerStats {
+  std::atomic<int64_t> forks{0};
+  const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
+};
+
 using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<add_fork_atom, ForkId, WorkerId>,  // a fork exists (holder worker)
     caf::reacts_to<del_fork_atom, ForkId>,            // a fork is gone
@@ -47,6 +56,6 @@ using owner_rref_actor = caf::typed_actor<
 
 /// Spawns the owner of `id`; `on_gone` runs (on the owner's thread) when it ends.
 owner_rref_actor spawn_owner_rref(Runtime& rt, RRefId id, std::shared_ptr<Holder> holder,
-                                  std::function<void()> on_gone);
+                                  std::shared_ptr<OwnerStats> stats, std::function<void()> on_gone);
 
 }  // namespace castor::detail

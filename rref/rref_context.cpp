@@ -156,8 +156,10 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool create, std::shared_
   if (!create || st.ended.count(id)) return nullptr;
   if (!holder) holder = std::make_shared<Holder>();
   auto me = caf::actor_cast<rref_context_actor>(self);
-  auto actor = spawn_owner_rref(*st.rt, id, holder, [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
+  auto stats = std::make_shared<OwnerStats>();
+  auto actor = spawn_owner_rref(*st.rt, id, holder, stats, [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
   self->link_to(actor);  // owners end with the context (teardown)
+  st.rr->owner_added(id, holder, std::move(stats));
   return &st.owners.emplace(id, OwnerSlot{actor, holder}).first->second;
 }
 
@@ -512,6 +514,7 @@ rref_context_actor::behavior_type context_behavior(context_pointer self, RRefRun
       [self](retry_atom) { retry_due(self); },
       [self](owner_gone_atom, RRefId id) {
         self->state.owners.erase(id);
+        self->state.rr->owner_removed(id);
         self->state.ended.insert(id);
       },
   };
@@ -637,6 +640,66 @@ RRefStatePtr RRefRuntime::new_owner_state(RRefId id, std::shared_ptr<Holder> hol
 
 void RRefRuntime::register_owner(RRefId id, std::shared_ptr<Holder> holder) {
   caf::anon_send(context_, OwnerRegistration{id, std::move(holder)});
+}
+
+// -- inspection ---------------------------------------------------------------------------
+
+void RRefRuntime::owner_added(RRefId id, std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats) {
+  std::lock_guard<std::mutex> lock(owners_mtx_);
+  owners_[id] = OwnerEntry{std::move(holder), std::move(stats)};
+}
+
+void RRefRuntime::owner_removed(RRefId id) {
+  std::lock_guard<std::mutex> lock(owners_mtx_);
+  owners_.erase(id);
+}
+
+namespace {
+
+int64_t ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t).count();
+}
+
+// "Tensor[float32 2x3]", a class name, a scalar's kind, "pending" or "error".
+std::string describe_held(const Holder& h, int64_t& bytes) {
+  bytes = 0;
+  if (!h.is_set()) return "pending";
+  if (h.error()) return "error";
+  if (h.holds_object()) return h.cls() ? h.cls()->name : "object";
+  const Value& v = h.value();
+  if (v.is_tensor()) {
+    const auto& t = v.to_tensor();
+    bytes = int64_t(t.nbytes());
+    std::string shape;
+    for (auto d : t.sizes()) shape += (shape.empty() ? "" : "x") + std::to_string(d);
+    return std::string("Tensor[") + c10::toString(t.scalar_type()) + " " + (shape.empty() ? "scalar" : shape) + "]";
+  }
+  if (v.is_list()) return "List[" + std::to_string(v.to_list().size()) + "]";
+  return v.type_name();
+}
+
+}  // namespace
+
+RRefInspection RRefRuntime::inspect() const {
+  RRefInspection out;
+  {
+    std::lock_guard<std::mutex> lock(owners_mtx_);
+    for (auto& [id, e] : owners_) {
+      OwnedRRefInfo info;
+      info.id = to_string(id);
+      info.type = describe_held(*e.holder, info.bytes);
+      info.forks = e.stats->forks.load();
+      info.age_ms = ms_since(e.stats->created);
+      out.owned.push_back(std::move(info));
+    }
+  }
+  std::lock_guard<std::mutex> lock(live_mtx_);
+  for (auto& w : live_) {
+    auto s = w.lock();
+    if (!s || s->is_owner() || s->confirmed.load()) continue;
+    out.pending_users.push_back(PendingUserInfo{to_string(s->id), to_string(s->fork), s->owner_name, ms_since(s->created)});
+  }
+  return out;
 }
 
 void RRefRuntime::track(const RRefStatePtr& s) {

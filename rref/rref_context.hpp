@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -15,6 +16,7 @@
 #include "actors/fault_injection.hpp"
 #include "actors/rref_hooks.hpp"
 #include "messages/atoms.hpp"
+#include "rref/owner_rref_actor.hpp"
 #include "rref/rref_counters.hpp"
 #include "rref/rref_state.hpp"
 
@@ -144,6 +146,7 @@ class RRefRuntime : public RRefHooks {
   void on_shutdown_begin() override;
   bool idle() const override;
   std::map<std::string, int64_t> debug_info() const override;
+  RRefInspection inspect() const override;
   void stop() override;
 
   void adopt_then(Value v, Completion done) override;
@@ -153,6 +156,9 @@ class RRefRuntime : public RRefHooks {
   RRefStatePtr new_owner_state(RRefId id, std::shared_ptr<Holder> holder, std::string type_name);
   void register_owner(RRefId id, std::shared_ptr<Holder> holder);
   void state_dropped(RRefState& s);
+  /// The context actor's owners, mirrored for inspection from any thread.
+  void owner_added(RRefId id, std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats);
+  void owner_removed(RRefId id);
   /// Every handle state alive here now (shutdown releases them).
   std::vector<RRefStatePtr> take_live_states();
   FaultInjector& faults() { return faults_; }
@@ -173,6 +179,13 @@ class RRefRuntime : public RRefHooks {
   std::vector<std::weak_ptr<RRefState>> live_;
   size_t live_alive_hint_ = 0;
   FaultInjector faults_;
+
+  struct OwnerEntry {
+    std::shared_ptr<Holder> holder;
+    std::shared_ptr<OwnerStats> stats;
+  };
+  mutable std::mutex owners_mtx_;
+  std::unordered_map<RRefId, OwnerEntry> owners_;
 };
 
 RRefRuntime& rref_runtime(Runtime& rt);

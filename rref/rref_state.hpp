@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -26,6 +27,7 @@ struct RRefState {
   std::atomic<bool> released{false};   // shutdown released it already; the end sends nothing
   std::weak_ptr<Runtime> rt;
   std::optional<ErrorInfo> creation_error;  // remote() could not reach the owner
+  const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();  // inspection
 
   bool is_owner() const { return holder != nullptr; }
   ~RRefState();

@@ -1,0 +1,49 @@
+// Lock-free counters of one worker's traffic, for `castor inspect` and the
+// metrics port: messages handled per type, and round-trip latencies of our
+// calls per kind, in log-scaled histograms (exact to within 19%).
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+namespace castor::detail {
+
+/// What the worker actor handles (counted on arrival).
+enum class MessageType : uint8_t {
+  call_request, call_reply, tensor_chunk, rref_control, rref_ack,
+  backward_grad, backward_done, context_control, malformed, unexpected,
+};
+inline constexpr size_t kNumMessageTypes = 10;
+const char* to_string(MessageType t);
+
+/// Which of our calls a latency belongs to.
+enum class CallLatencyKind : uint8_t { rpc, remote, method, to_here };
+inline constexpr size_t kNumCallLatencyKinds = 4;
+const char* to_string(CallLatencyKind k);
+
+/// Latencies from 1 µs to about 1 hour in buckets 2^(1/4) apart.
+class LatencyHistogram {
+ public:
+  static constexpr size_t kBuckets = 128;
+  void record(std::chrono::nanoseconds d);
+  uint64_t count() const;
+  /// The upper bound of the bucket holding quantile `q` (0 < q <= 1), in µs;
+  /// 0 when nothing was recorded.
+  double quantile_us(double q) const;
+  double sum_us() const { return double(sum_ns_.load(std::memory_order_relaxed)) / 1e3; }
+
+ private:
+  std::array<std::atomic<uint64_t>, kBuckets> buckets_{};
+  std::atomic<uint64_t> sum_ns_{0};
+};
+
+struct MessageStats {
+  std::array<std::atomic<uint64_t>, kNumMessageTypes> received{};
+  std::array<LatencyHistogram, kNumCallLatencyKinds> latency;
+
+  void count(MessageType t) { received[size_t(t)].fetch_add(1, std::memory_order_relaxed); }
+};
+
+}  // namespace castor::detail

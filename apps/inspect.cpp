@@ -1,0 +1,229 @@
+#include "apps/inspect.hpp"
+
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "actors/errors.hpp"
+#include "actors/inspector.hpp"
+#include "config/cluster_file.hpp"
+
+namespace castor::apps {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kUsage =
+    "usage: castor inspect <host:port | worker name> [--config cluster.json] [--json] [--watch]\n"
+    "                      [--interval S] [--count N] [--timeout-ms MS]\n"
+    "  Shows a running worker: the workers it knows and whether they are alive, the RRefs it\n"
+    "  owns, forks awaiting confirmation, autograd contexts, calls in flight, messages by type,\n"
+    "  call latencies and its executor. --config takes TLS files (and worker names) from a\n"
+    "  cluster file. --watch redraws every --interval seconds (default 1) until interrupted\n"
+    "  or --count snapshots were shown.\n";
+
+constexpr size_t kMaxRows = 20;
+
+std::string age(int64_t ms) {
+  char buf[32];
+  if (ms < 10000) std::snprintf(buf, sizeof buf, "%.1fs", double(ms) / 1000);
+  else if (ms < 600000) std::snprintf(buf, sizeof buf, "%llds", (long long)(ms / 1000));
+  else std::snprintf(buf, sizeof buf, "%lldm", (long long)(ms / 60000));
+  return buf;
+}
+
+std::string bytes(int64_t b) {
+  char buf[32];
+  if (b < 1024) std::snprintf(buf, sizeof buf, "%lld B", (long long)b);
+  else if (b < (1 << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024);
+  else std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1 << 20));
+  return buf;
+}
+
+std::string row(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string row(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return std::string(buf) + "\n";
+}
+
+struct Target {
+  std::string host;
+  uint16_t port = 0;
+  TlsOptions tls;
+};
+
+// "host:port", or a worker's name in the cluster file.
+Target resolve(const std::string& what, const std::string& config_path) {
+  Target t;
+  std::optional<config::ClusterFile> file;
+  if (!config_path.empty()) {
+    file = config::load_cluster_file(config_path);
+    t.tls = file->workers.front().tls;
+  }
+  auto colon = what.rfind(':');
+  if (colon != std::string::npos && colon + 1 < what.size() &&
+      what.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+    t.host = what.substr(0, colon);
+    auto port = std::stol(what.substr(colon + 1));
+    if (port < 1 || port > 65535) throw std::invalid_argument("port " + what.substr(colon + 1) + " is not in 1..65535");
+    t.port = uint16_t(port);
+    return t;
+  }
+  if (!file) throw std::invalid_argument("'" + what + "' is not host:port (a worker name needs --config)");
+  const auto& w = file->worker(what);
+  t.host = w.host, t.port = w.port, t.tls = w.tls;
+  return t;
+}
+
+}  // namespace
+
+std::string render_inspection(const std::string& snapshot_json) {
+  auto s = json::parse(snapshot_json);
+  std::string out;
+  auto& me = s["worker"];
+  out += row("%s (rank %d) at %s  %s  up %s", me["name"].get<std::string>().c_str(), me["rank"].get<int>(),
+             me["address"].get<std::string>().c_str(), me["state"].get<std::string>().c_str(),
+             age(me["uptime_ms"].get<int64_t>()).c_str());
+
+  out += "\nWORKERS\n";
+  out += row("  %-5s %-16s %-24s %s", "rank", "name", "address", "alive");
+  for (auto& w : s["workers"])
+    out += row("  %-5d %-16s %-24s %s", w["rank"].get<int>(), w["name"].get<std::string>().c_str(),
+               w["address"].get<std::string>().c_str(), w["alive"].get<bool>() ? "yes" : "NO");
+
+  auto& owned = s["rrefs"]["owned"];
+  out += row("\nOWNED RREFS (%zu)", owned.size());
+  if (!owned.empty()) out += row("  %-14s %-32s %10s %6s %7s", "id", "type", "size", "forks", "age");
+  size_t n = 0;
+  for (auto& o : owned) {
+    if (n++ == kMaxRows) {
+      out += row("  ... %zu more", owned.size() - kMaxRows);
+      break;
+    }
+    out += row("  %-14s %-32s %10s %6lld %7s", o["id"].get<std::string>().c_str(), o["type"].get<std::string>().c_str(),
+               bytes(o["bytes"].get<int64_t>()).c_str(), (long long)o["forks"].get<int64_t>(),
+               age(o["age_ms"].get<int64_t>()).c_str());
+  }
+  auto& pending = s["rrefs"]["pending_users"];
+  out += row("\nUSER RREFS AWAITING CONFIRMATION (%zu)", pending.size());
+  n = 0;
+  for (auto& u : pending) {
+    if (n++ == kMaxRows) break;
+    out += row("  %-14s fork %-14s owner %-16s %7s", u["id"].get<std::string>().c_str(),
+               u["fork"].get<std::string>().c_str(), u["owner"].get<std::string>().c_str(),
+               age(u["age_ms"].get<int64_t>()).c_str());
+  }
+
+  auto& ag = s["autograd"];
+  out += row("\nAUTOGRAD  contexts %zu, running graph tasks %lld", ag["contexts"].size(),
+             (long long)ag.value("running_graph_tasks", int64_t(0)));
+  n = 0;
+  for (auto& c : ag["contexts"]) {
+    if (n++ == kMaxRows) break;
+    out += row("  context %-14s %7s", c["id"].get<std::string>().c_str(), age(c["age_ms"].get<int64_t>()).c_str());
+  }
+
+  auto& calls = s["calls"];
+  std::string per_peer;
+  for (auto& [peer, count] : calls["outgoing_in_flight"].items())
+    per_peer += " " + peer + "=" + std::to_string(count.get<int64_t>());
+  out += row("\nCALLS IN FLIGHT  ours:%s  theirs here: %lld", per_peer.empty() ? " none" : per_peer.c_str(),
+             (long long)calls["incoming_in_flight"].get<int64_t>());
+
+  out += "\nMESSAGES HANDLED\n";
+  std::string line = " ";
+  for (auto& [type, count] : s["messages"].items()) {
+    auto item = " " + type + " " + std::to_string(count.get<uint64_t>());
+    if (line.size() + item.size() > 100) out += line + "\n", line = " ";
+    line += item;
+  }
+  out += line + "\n";
+
+  out += "\nCALL LATENCY (round trip, µs)\n";
+  out += row("  %-8s %10s %10s %10s %10s %10s", "kind", "count", "mean", "p50", "p90", "p99");
+  for (auto& [kind, h] : s["latency_us"].items())
+    out += row("  %-8s %10llu %10.0f %10.0f %10.0f %10.0f", kind.c_str(), (unsigned long long)h["count"].get<uint64_t>(),
+               h["mean"].get<double>(), h["p50"].get<double>(), h["p90"].get<double>(), h["p99"].get<double>());
+
+  if (s.contains("executor")) {
+    auto& e = s["executor"];
+    out += row("\nEXECUTOR  queued %llu  running %llu  threads %llu (idle %llu, blocked in nested calls %llu)",
+               (unsigned long long)e["queued"].get<uint64_t>(), (unsigned long long)e["running"].get<uint64_t>(),
+               (unsigned long long)e["threads"].get<uint64_t>(), (unsigned long long)e["idle"].get<uint64_t>(),
+               (unsigned long long)e["blocked"].get<uint64_t>());
+  }
+  return out;
+}
+
+int inspect_command(const std::vector<std::string>& args) {
+  std::string what, config_path;
+  bool as_json = false, watch = false;
+  double interval_s = 1;
+  long count = 0;  // 0: until interrupted
+  long timeout_ms = 5000;
+  Target target;
+  try {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const auto& a = args[i];
+      auto value = [&]() -> const std::string& {
+        if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+        return args[++i];
+      };
+      if (a == "--help" || a == "-h") {
+        std::printf("%s", kUsage);
+        return 0;
+      } else if (a == "--json") {
+        as_json = true;
+      } else if (a == "--watch") {
+        watch = true;
+      } else if (a == "--interval") {
+        interval_s = std::stod(value());
+      } else if (a == "--count") {
+        count = std::stol(value());
+      } else if (a == "--timeout-ms") {
+        timeout_ms = std::stol(value());
+      } else if (a == "--config") {
+        config_path = value();
+      } else if (!a.empty() && a[0] == '-') {
+        throw std::invalid_argument("unknown flag " + a);
+      } else if (what.empty()) {
+        what = a;
+      } else {
+        throw std::invalid_argument("one worker at a time (got '" + what + "' and '" + a + "')");
+      }
+    }
+    if (what.empty()) throw std::invalid_argument("which worker? give host:port");
+    if (interval_s <= 0 || timeout_ms <= 0 || count < 0) throw std::invalid_argument("--interval, --timeout-ms and --count must be positive");
+    target = resolve(what, config_path);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor inspect: %s\n%s", e.what(), kUsage);
+    return 2;
+  }
+  try {
+    InspectionClient client(target.host, target.port, target.tls, std::chrono::milliseconds(timeout_ms));
+    for (long shown = 0;; ) {
+      auto snap = client.snapshot();
+      if (watch && !as_json) std::printf("\033[H\033[2J");  // redraw in place, like top
+      std::printf("%s\n", as_json ? snap.c_str() : render_inspection(snap).c_str());
+      std::fflush(stdout);
+      if (!watch || (count > 0 && ++shown >= count)) break;
+      std::this_thread::sleep_for(std::chrono::duration<double>(interval_s));
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor inspect: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace castor::apps
