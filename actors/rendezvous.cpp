@@ -113,9 +113,12 @@ void join_world(Runtime& rt) {
   auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
   auto& mm = rt.system->middleman();
   auto me = caf::actor_cast<worker_peer>(rt.actor);
+  // SO_REUSEADDR on every rank: a fixed port (a cluster file's) must be
+  // usable again while the last job's connections on it are in TIME_WAIT;
+  // Linux still refuses a second listener on a port that is in use.
   auto published = rt.opts.tls.enabled()  // Note [TLS]: every link verified, or none is TLS
-                       ? caf::openssl::publish(me, rt.opts.port, rt.opts.host.c_str(), rt.rank == 0)
-                       : mm.publish(me, rt.opts.port, rt.opts.host.c_str(), rt.rank == 0);
+                       ? caf::openssl::publish(me, rt.opts.port, rt.opts.host.c_str(), true)
+                       : mm.publish(me, rt.opts.port, rt.opts.host.c_str(), true);
   if (!published)
     fail(rt.name, ErrorKind::Unreachable,
          "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " +

@@ -28,9 +28,7 @@ namespace castor::detail {
 //      can balance the sums while another message is still in transit.
 //  S4. Rank 0 then tells every worker (done_atom), waits for their answers,
 //      and finishes itself last, so nobody loses rank 0 while waiting. A
-//      worker that leaves after its answer is no failure, and a worker that
-//      sees another one leave waits a moment for its own done_atom before
-//      calling that a failure.
+//      worker that leaves after its answer is no failure.
 //
 // Counted messages are those that carry work: CallRequest and CallReply
 // (more in later layers). A request counts as received when its handler
@@ -39,14 +37,20 @@ namespace castor::detail {
 // their sender is not idle until their ack arrives, and an owner that still
 // has forks keeps its worker from being idle. Every worker releases its own
 // RRefs during the waves, when it reports with no call running (not when it
-// enters shutdown: peers still running may call it and pass it RRefs). A
-// dead peer ends the shutdown with an error on every worker that notices it.
+// enters shutdown: peers still running may call it and pass it RRefs).
+//
+// A dead peer ends the shutdown with an error, decided by rank 0: rank 0
+// fails as soon as it is in shutdown and knows a peer dead, and then leaves;
+// the others fail when they lose rank 0. A worker waiting in shutdown that
+// loses another worker keeps serving: rank 0 may still be running its app
+// and calling it (the survivors of a lost worker carry on), and a worker that
+// left after its done_atom is no failure at all. Rank 0 monitors every peer,
+// so it learns of the death itself, or its probe to the dead one fails.
 
 namespace {
 
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 constexpr auto kWavePause = std::chrono::milliseconds(2);
-constexpr auto kLateDone = std::chrono::seconds(3);
 
 bool is_coordinator(worker_pointer self) { return self->state.rt->rank == 0; }
 
@@ -122,8 +126,8 @@ void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd) {
   // are released by the termination waves (local_report_impl), once every
   // worker has entered shutdown and no call runs here.
   for (size_t r = 0; r < st.peers.size(); ++r)
-    if (WorkerId(r) != rt->rank && !peer_usable(self, WorkerId(r))) {
-      on_peer_lost_during_shutdown_impl(self, WorkerId(r));
+    if (WorkerId(r) != rt->rank && !peer_usable(self, WorkerId(r)) && (is_coordinator(self) || r == 0)) {
+      fail_shutdown_impl(self, WorkerId(r));
       return;
     }
   if (is_coordinator(self))
@@ -200,12 +204,8 @@ void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank) {
   auto& st = self->state;
   auto* rt = st.rt;
   if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
-  // A peer that is not the coordinator may have left because termination
-  // was declared and its done_atom overtook ours: give ours a moment first.
-  if (!is_coordinator(self) && rank != 0) {
-    self->delayed_send(self, kLateDone, stop_atom::value, rank);
-    return;
-  }
+  // Another worker lost: rank 0 decides (Note [Graceful shutdown]).
+  if (!is_coordinator(self) && rank != 0) return;
   fail_shutdown_impl(self, rank);
 }
 

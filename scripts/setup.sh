@@ -14,6 +14,7 @@ packages=(
   zlib1g-dev                      # gzip'd IDX files of the data set
   dataset-fashion-mnist           # the training apps' data
   python3-torch                   # the PyTorch anchor in bench/ (never a runtime dependency)
+  iproute2                        # tests/netns: three hosts as network namespaces (ip netns, veth, bridge)
 )
 
 missing=()
