@@ -6,6 +6,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/builtins.hpp"
+#include "actors/bulk_path.hpp"
 #include "actors/runtime.hpp"
 #include "actors/rref_hooks.hpp"
 #include "actors/worker_state.hpp"
@@ -97,6 +98,10 @@ Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallReq
       auto to = caf::actor_cast<worker_peer>(caller);
       if (reply.ok && !to_self) {
         if (rt->rrefs && reply.result.contains_rref()) rt->rrefs->fork_for(reply.result, caller_rank);
+        if (rt->bulk && rt->bulk->wants(reply.result) && rt->bulk->try_send(caller_rank, reply)) {  // Note [Bulk path]
+          rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
+          return;
+        }
         std::vector<TensorChunk> chunks;
         split_large_tensors(reply.result, rt->opts.max_message_bytes, rt->transfer_ids, chunks);
         for (auto& c : chunks) caf::anon_send(to, std::move(c));  // before the reply: FIFO per sender

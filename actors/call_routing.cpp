@@ -3,6 +3,7 @@
 #include <caf/send.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/bulk_path.hpp"
 #include "actors/large_payloads.hpp"
 #include "actors/runtime.hpp"
 #include "actors/worker_state.hpp"
@@ -82,6 +83,7 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
     caf::send_as(actor, actor, std::move(req));
     return;
   }
+  if (bulk && bulk->wants(req.args) && bulk->try_send(to, req)) return;  // Note [Bulk path]
   const auto& peer = peer_handles[size_t(to)];
   std::vector<TensorChunk> chunks;
   for (auto& a : req.args) split_large_tensors(a, opts.max_message_bytes, transfer_ids, chunks);

@@ -73,6 +73,12 @@ json snapshot(Runtime& rt) {
   calls["messages_sent"] = rt.counters.sent.load();
   calls["messages_received"] = rt.counters.received.load();
 
+  out["bulk"] = {{"enabled", rt.bulk != nullptr},
+                 {"messages_sent", rt.stats.bulk_sent.load()},
+                 {"tensor_bytes_sent", rt.stats.bulk_bytes_sent.load()},
+                 {"messages_received", rt.stats.bulk_received.load()},
+                 {"tensor_bytes_received", rt.stats.bulk_bytes_received.load()}};
+
   auto& messages = out["messages"] = json::object();
   for (size_t i = 0; i < kNumMessageTypes; ++i)
     messages[to_string(MessageType(i))] = rt.stats.received[i].load(std::memory_order_relaxed);
@@ -147,6 +153,11 @@ std::string prometheus_text(Runtime& rt) {
   metric("messages_received_total", "counter", "Messages handled by the worker actor, by type.");
   for (auto& [type, n] : s["messages"].items())
     out << "castor_messages_received_total{" << w << ",type=\"" << type << "\"} " << n.get<uint64_t>() << '\n';
+  metric("bulk_tensor_bytes_total", "counter", "Tensor bytes on the bulk links (Note [Bulk path]).");
+  out << "castor_bulk_tensor_bytes_total{" << w << ",direction=\"sent\"} " << s["bulk"]["tensor_bytes_sent"].get<uint64_t>()
+      << '\n';
+  out << "castor_bulk_tensor_bytes_total{" << w << ",direction=\"received\"} "
+      << s["bulk"]["tensor_bytes_received"].get<uint64_t>() << '\n';
   metric("call_latency_microseconds", "summary", "Round trips of this worker's calls, by kind.");
   for (auto& [kind, h] : s["latency_us"].items()) {
     auto lk = w + ",kind=\"" + kind + "\"";

@@ -42,6 +42,8 @@ class LatencyHistogram {
 struct MessageStats {
   std::array<std::atomic<uint64_t>, kNumMessageTypes> received{};
   std::array<LatencyHistogram, kNumCallLatencyKinds> latency;
+  // Note [Bulk path]: messages and tensor bytes on the bulk links.
+  std::atomic<uint64_t> bulk_sent{0}, bulk_bytes_sent{0}, bulk_received{0}, bulk_bytes_received{0};
 
   void count(MessageType t) { received[size_t(t)].fetch_add(1, std::memory_order_relaxed); }
 };

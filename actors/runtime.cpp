@@ -3,6 +3,7 @@
 
 #include <caf/send.hpp>
 
+#include "actors/bulk_path.hpp"
 #include "actors/inspector.hpp"
 #include "actors/worker.hpp"
 
@@ -16,6 +17,7 @@ void Runtime::teardown() {
   // Teardown order: no user code left (executor), then the actors, then the
   // actor system (which waits for them), then its config.
   if (executor) executor->stop();
+  if (bulk) bulk->stop();  // its readers deliver to the actor: stop them first
   if (rrefs) rrefs->stop();
   if (autograd) autograd->stop();
   stop_inspection(*this);
@@ -51,7 +53,7 @@ CallbackRunner Runtime::callback_runner() const { return executor->runner(); }
 
 JoinRequest make_join_request(const Runtime& rt) {
   JoinRequest req;
-  req.self = WorkerRecord{rt.name, rt.rank, rt.opts.host, rt.opts.port};
+  req.self = WorkerRecord{rt.name, rt.rank, rt.opts.host, rt.opts.port, uint16_t(rt.bulk ? rt.bulk->port() : 0)};
   req.world_size = rt.opts.world_size;
   req.autograd_mode = to_string(rt.opts.autograd_mode);
   req.signatures = all_signatures();

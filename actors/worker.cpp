@@ -8,6 +8,7 @@
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
 
+#include "actors/bulk_path.hpp"
 #include "actors/caf_config.hpp"
 #include "actors/inspector.hpp"
 #include "actors/rendezvous.hpp"
@@ -84,6 +85,7 @@ Worker init_rpc(WorkerOptions opts) {
   ex.on_thread_start = [view = rt->view.get()] { detail::set_thread_worker(view); };
   rt->executor = std::make_shared<detail::Executor>(std::move(ex));
   detail::install_layers(*rt);  // first: it registers functions the join compares
+  if (!opts.tls.enabled() && opts.bulk_threshold > 0) rt->bulk = std::make_unique<detail::BulkPath>(*rt);  // B6
   rt->actor = detail::spawn_worker_actor(*rt);
   try {
     detail::join_world(*rt);

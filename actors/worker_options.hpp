@@ -66,6 +66,10 @@ struct WorkerOptions {
   /// BASP frames carry a 32-bit payload length).
   size_t max_message_bytes = size_t(1) << 30;
 
+  /// Calls and replies to other workers with a tensor of at least this many
+  /// bytes take the bulk path (Note [Bulk path]); 0: never. Not with TLS.
+  size_t bulk_threshold = 256 * 1024;
+
   /// Tests only: drop, delay, duplicate or reorder control messages.
   FaultInjection faults;
 

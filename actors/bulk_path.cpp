@@ -1,0 +1,521 @@
+// The bulk path for messages with large tensors.
+#include "actors/bulk_path.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include <ATen/ATen.h>
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <caf/logger.hpp>
+#include <caf/send.hpp>
+
+#include "actors/errors.hpp"
+#include "actors/runtime.hpp"
+#include "messages/rendezvous.hpp"
+#include "messages/tensor_wire.hpp"
+
+namespace castor::detail {
+
+// Note [Bulk path]
+// ~~~~~~~~~~~~~~~~
+// BASP copies a message into its buffers, frames it, and copies it out again
+// on the other side; for tensors of megabytes that costs more than the
+// network. So a call or reply to another worker that carries a tensor of at
+// least WorkerOptions::bulk_threshold bytes goes on the bulk link instead:
+//
+//  B1. Frame: the message's CAF encoding (its envelope), in which each large
+//      tensor is an ExternalTensor placeholder (dtype, sizes), then the raw
+//      bytes of those tensors in placeholder order (depth-first). The sender
+//      writes from the tensors' own memory; the receiver reads straight into
+//      the tensors it allocates. Small tensors stay inside the envelope.
+//  B2. The receiver hands the rebuilt message to its worker actor as sent by
+//      the peer's worker actor, so every handler, reply path and counter
+//      (Note [Graceful shutdown]) sees what it would see through CAF.
+//  B3. One TCP connection per ordered pair, opened by the sender on first
+//      use; its first bytes say which rank it comes from, checked against
+//      the world. A link keeps its messages in order; no protocol assumes
+//      order between the bulk link and CAF's link (see Note [RRef protocol]).
+//  B4. A link that cannot be opened sends nothing: the message goes through
+//      CAF as before (chunked above max_message_bytes), so the bulk path
+//      never makes a message undeliverable. A link that breaks while sending
+//      fails the call at once, naming the peer; a broken link is not reused.
+//  B5. Malformed frames close the link with a line naming the peer; the
+//      worker keeps serving (see Note [Hostile input]).
+//  B6. With TLS there is no bulk link: CAF 0.17 offers no TLS stream to
+//      reuse, and castor never sends plain bytes in a TLS cluster.
+
+namespace {
+
+constexpr uint32_t kMagic = 0x31425343;  // "CSB1"
+constexpr uint8_t kRequest = 1, kReply = 2;
+constexpr uint64_t kMaxEnvelope = uint64_t(1) << 30;
+constexpr uint32_t kMaxTensors = 1 << 20;
+
+bool write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w, n -= size_t(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    auto r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= size_t(r);
+  }
+  return true;
+}
+
+template <class T>
+void put(std::vector<char>& buf, T x) {
+  auto at = buf.size();
+  buf.resize(at + sizeof x);
+  std::memcpy(buf.data() + at, &x, sizeof x);
+}
+
+void tune(int fd) {
+  int one = 1, big = 4 << 20;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+}
+
+// Connects with a bounded wait (an unreachable host must not stall a call).
+int connect_to(const std::string& host, uint16_t port, int timeout_ms, std::string& why) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    why = gai_strerror(rc);
+    return -1;
+  }
+  int fd = -1;
+  for (auto* ai = res; ai && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+    if (fd < 0) continue;
+    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (rc != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      rc = ::poll(&p, 1, timeout_ms) == 1 ? 0 : -1;
+      int err = 0;
+      socklen_t len = sizeof err;
+      if (rc == 0 && (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)) rc = -1, errno = err;
+      if (rc != 0 && errno == 0) errno = ETIMEDOUT;
+    }
+    if (rc != 0) {
+      why = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(res);
+  if (fd >= 0) {
+    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    tune(fd);
+  }
+  return fd;
+}
+
+// Depth-first, the order of B1 on both sides.
+void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vector<at::Tensor>& out) {
+  if (v.is_list()) {
+    for (auto& x : v.to_list()) extract(x, threshold, ids, out);
+    return;
+  }
+  if (!v.is_tensor() || wire::wire_bytes(v.to_tensor()) < threshold) return;
+  const auto& t = v.to_tensor();
+  ExternalTensor ext;
+  ext.transfer = ids.next();
+  ext.dtype = int8_t(*wire::to_wire_dtype(t.scalar_type()));
+  ext.sizes = t.sizes().vec();
+  ext.requires_grad = t.requires_grad();
+  out.push_back(t.detach().contiguous());
+  v = Value(std::move(ext));
+}
+
+void placeholders(Value& v, std::vector<Value*>& out) {
+  if (v.is_list()) {
+    for (auto& x : v.to_list()) placeholders(x, out);
+  } else if (v.is_external()) {
+    out.push_back(&v);
+  }
+}
+
+// Received tensors' memory, kept for reuse when they die. A fresh block of
+// megabytes costs a page fault (and the kernel zeroing the page) every 4 KiB
+// while recv() fills it: about a third of a 64 MiB echo on loopback. glibc
+// returns such blocks to the kernel at once (they are above its largest mmap
+// threshold), so castor keeps a few itself. Process-wide, because tensors
+// outlive workers; bounded, so a burst of large messages does not pin memory.
+class ReceiveBlocks {
+ public:
+  static constexpr size_t kMaxCached = size_t(512) << 20;
+
+  static ReceiveBlocks& instance() {
+    static auto* blocks = new ReceiveBlocks;  // never destroyed: tensors may die at exit
+    return *blocks;
+  }
+
+  at::Tensor empty(const std::vector<int64_t>& sizes, at::ScalarType dtype, size_t bytes) {
+    auto rounded = (bytes + 4095) / 4096 * 4096;
+    void* p = take(rounded);
+    if (!p) p = std::aligned_alloc(4096, rounded);
+    if (!p) throw std::bad_alloc();
+    return at::from_blob(p, sizes, [this, rounded](void* q) { give(q, rounded); }, at::TensorOptions().dtype(dtype));
+  }
+
+ private:
+  void* take(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mtx_);
+    auto it = free_.find(bytes);
+    if (it == free_.end()) return nullptr;
+    void* p = it->second;
+    free_.erase(it);
+    cached_ -= bytes;
+    return p;
+  }
+  void give(void* p, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mtx_);
+      if (cached_ + bytes <= kMaxCached) {
+        free_.emplace(bytes, p);
+        cached_ += bytes;
+        return;
+      }
+    }
+    std::free(p);
+  }
+  std::mutex mtx_;
+  std::multimap<size_t, void*> free_;
+  size_t cached_ = 0;
+};
+
+bool has_large(const Value& v, size_t threshold) {
+  if (v.is_list()) {
+    for (auto& x : v.to_list())
+      if (has_large(x, threshold)) return true;
+    return false;
+  }
+  return v.is_tensor() && wire::wire_bytes(v.to_tensor()) >= threshold;
+}
+
+}  // namespace
+
+struct BulkPath::Outgoing {
+  uint8_t type = 0;
+  std::vector<char> head;  // type, envelope length, tensor count, tensor lengths, envelope
+  std::vector<at::Tensor> tensors;
+  CallId call;  // requests: failed at once if the link breaks (B4)
+};
+
+struct BulkPath::Link {
+  WorkerId to = -1;
+  int fd = -1;
+  bool broken = false;  // B4: never reused
+  std::mutex mtx;
+  std::condition_variable cv;
+  std::deque<Outgoing> queue;
+  std::thread writer;
+};
+
+BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
+  auto fail = [&](const std::string& why) {
+    if (listen_fd_ >= 0) ::close(listen_fd_);
+    throw UnreachableError(make_error(ErrorKind::Unreachable, rt.opts.name,
+                                      "worker " + rt.opts.name + ": cannot open the bulk port on " + rt.opts.host +
+                                          ": " + why));
+  };
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  if (int rc = ::getaddrinfo(rt.opts.host.c_str(), "0", &hints, &res); rc != 0) fail(gai_strerror(rc));
+  listen_fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (listen_fd_ >= 0) ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  bool ok = listen_fd_ >= 0 && ::bind(listen_fd_, res->ai_addr, res->ai_addrlen) == 0 && ::listen(listen_fd_, 128) == 0;
+  ::freeaddrinfo(res);
+  if (!ok) fail(std::strerror(errno));
+  sockaddr_storage addr{};
+  socklen_t len = sizeof addr;
+  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+  port_ = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(addr).sin_port
+                                          : reinterpret_cast<sockaddr_in6&>(addr).sin6_port);
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+BulkPath::~BulkPath() { stop(); }
+
+bool BulkPath::wants(const Value& value) const {
+  return rt_.opts.bulk_threshold > 0 && has_large(value, rt_.opts.bulk_threshold);
+}
+
+bool BulkPath::wants(const std::vector<Value>& values) const {
+  for (auto& v : values)
+    if (wants(v)) return true;
+  return false;
+}
+
+BulkPath::Link* BulkPath::link_to(WorkerId to) {
+  Link* link;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    if (stopping_ || to < 0 || size_t(to) >= rt_.world.size() || rt_.world[size_t(to)].bulk_port == 0) return nullptr;
+    if (links_.size() < rt_.world.size()) links_.resize(rt_.world.size());
+    if (!links_[size_t(to)]) {
+      links_[size_t(to)] = std::make_unique<Link>();
+      links_[size_t(to)]->to = to;
+    }
+    link = links_[size_t(to)].get();
+  }
+  std::lock_guard<std::mutex> lock(link->mtx);
+  if (link->broken) return nullptr;
+  if (link->fd >= 0) return link;
+  const auto& peer = rt_.world[size_t(to)];
+  std::string why;
+  int fd = connect_to(peer.host, peer.bulk_port, 3000, why);
+  if (fd >= 0) {
+    std::vector<char> hello;
+    put(hello, kMagic);
+    put(hello, int32_t(rt_.rank));
+    put(hello, uint32_t(kWireProtocolVersion));
+    if (!write_all(fd, hello.data(), hello.size())) ::close(fd), fd = -1, why = std::strerror(errno);
+  }
+  if (fd < 0) {
+    link->broken = true;
+    std::fprintf(stderr, "castor[%s]: no bulk link to worker %s (%s:%u: %s); its large messages go through CAF\n",
+                 rt_.name.c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
+    return nullptr;
+  }
+  link->fd = fd;
+  link->writer = std::thread([this, link] {
+    for (;;) {
+      Outgoing out;
+      {
+        std::unique_lock<std::mutex> lock(link->mtx);
+        link->cv.wait(lock, [&] { return !link->queue.empty() || stopping_; });
+        if (link->queue.empty()) return;
+        out = std::move(link->queue.front());
+        link->queue.pop_front();
+      }
+      bool ok = write_all(link->fd, out.head.data(), out.head.size());
+      uint64_t bytes = 0;
+      for (size_t i = 0; ok && i < out.tensors.size(); ++i) {
+        bytes += wire::wire_bytes(out.tensors[i]);
+        ok = write_all(link->fd, out.tensors[i].data_ptr(), wire::wire_bytes(out.tensors[i]));
+      }
+      if (ok) {
+        rt_.stats.bulk_sent.fetch_add(1, std::memory_order_relaxed);
+        rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+        continue;
+      }
+      // B4: this message and everything queued behind it fail now.
+      auto why = "the bulk link to worker " + rt_.name_of(link->to) + " broke: " + std::strerror(errno);
+      std::deque<Outgoing> lost;
+      {
+        std::lock_guard<std::mutex> lock(link->mtx);
+        link->broken = true;
+        lost.swap(link->queue);
+      }
+      lost.push_front(std::move(out));
+      if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name.c_str(), why.c_str());
+      for (auto& m : lost)
+        if (m.type == kRequest)
+          if (auto call = rt_.pending.take(m.call))
+            call->done(Outcome::failure(make_error(ErrorKind::Unreachable, rt_.name_of(link->to), why)));
+      return;
+    }
+  });
+  return link;
+}
+
+bool BulkPath::enqueue(WorkerId to, uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors,
+                       CallId call) {
+  Outgoing out;
+  out.type = type;
+  put(out.head, type);
+  put(out.head, uint64_t(envelope.size()));
+  put(out.head, uint32_t(tensors.size()));
+  for (auto& t : tensors) put(out.head, uint64_t(wire::wire_bytes(t)));
+  out.head.insert(out.head.end(), envelope.begin(), envelope.end());
+  out.tensors = std::move(tensors);
+  out.call = call;
+  auto* link = links_[size_t(to)].get();
+  {
+    std::lock_guard<std::mutex> lock(link->mtx);
+    if (link->broken) return false;
+    link->queue.push_back(std::move(out));
+  }
+  link->cv.notify_one();
+  return true;
+}
+
+namespace {
+
+// The CAF encoding of `msg`, its large tensors already replaced (B1).
+template <class Message>
+std::vector<char> envelope_of(Message& msg) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  if (auto err = sink(msg)) throw std::runtime_error("cannot encode a message for the bulk link");
+  return buf;
+}
+
+}  // namespace
+
+bool BulkPath::try_send(WorkerId to, CallRequest& msg) {
+  if (!link_to(to)) return false;
+  std::vector<at::Tensor> tensors;
+  for (auto& a : msg.args) extract(a, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
+  return enqueue(to, kRequest, envelope_of(msg), std::move(tensors), msg.id);
+}
+
+bool BulkPath::try_send(WorkerId to, CallReply& msg) {
+  if (!link_to(to)) return false;
+  std::vector<at::Tensor> tensors;
+  extract(msg.result, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
+  return enqueue(to, kReply, envelope_of(msg), std::move(tensors), CallId{});
+}
+
+void BulkPath::accept_loop() {
+  for (;;) {
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // stop() shut the socket down
+    }
+    tune(fd);
+    std::lock_guard<std::mutex> lock(mtx_);
+    if (stopping_) {
+      ::close(fd);
+      return;
+    }
+    reader_fds_.push_back(fd);
+    readers_.emplace_back([this, fd] { read_loop(fd); });
+  }
+}
+
+void BulkPath::read_loop(int fd) {
+  std::string from_name = "an unknown peer";
+  auto drop = [&](const std::string& why) {
+    if (!stopping_)
+      std::fprintf(stderr, "castor[%s]: closed the bulk link from %s: %s\n", rt_.name.c_str(), from_name.c_str(),
+                   why.c_str());
+    ::shutdown(fd, SHUT_RDWR);
+  };
+  uint32_t magic = 0, version = 0;
+  int32_t from = -1;
+  if (!read_all(fd, &magic, 4) || !read_all(fd, &from, 4) || !read_all(fd, &version, 4)) return drop("no greeting");
+  if (magic != kMagic) return drop("not a castor bulk link");
+  // The world is known once init is done; a peer may connect a moment earlier.
+  for (int i = 0; i < 6000 && rt_.state.load() == RunState::starting && !stopping_; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (from < 0 || size_t(from) >= rt_.peer_handles.size() || from == rt_.rank || !rt_.peer_handles[size_t(from)])
+    return drop("rank " + std::to_string(from) + " is not a peer of this world");
+  from_name = "worker " + rt_.name_of(from);
+  if (version != kWireProtocolVersion)
+    return drop("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
+  auto sender = rt_.peer_handles[size_t(from)];
+  for (;;) {
+    uint8_t type = 0;
+    uint64_t env_len = 0;
+    uint32_t count = 0;
+    if (!read_all(fd, &type, 1)) return (void)::shutdown(fd, SHUT_RDWR);  // closed between frames: the peer is done
+    if (!read_all(fd, &env_len, 8) || !read_all(fd, &count, 4)) return drop("truncated frame");
+    if ((type != kRequest && type != kReply) || env_len > kMaxEnvelope || count > kMaxTensors)
+      return drop("malformed frame header");
+    std::vector<uint64_t> lengths(count);
+    std::vector<char> env(env_len);
+    if (!read_all(fd, lengths.data(), 8 * size_t(count)) || !read_all(fd, env.data(), env.size()))
+      return drop("truncated frame");
+    CallRequest req;
+    CallReply reply;
+    std::vector<Value*> slots;
+    caf::binary_deserializer source{nullptr, env};
+    caf::error err;
+    if (type == kRequest) {
+      err = source(req);
+      for (auto& a : req.args) placeholders(a, slots);
+    } else {
+      err = source(reply);
+      placeholders(reply.result, slots);
+    }
+    if (err || slots.size() != count) return drop("malformed envelope");
+    for (size_t i = 0; i < count; ++i) {
+      auto ext = slots[i]->to_external();
+      auto dtype = wire::from_wire_dtype(ext.dtype);
+      if (!dtype) return drop("unknown dtype");
+      // Check the claimed length against the shape before allocating anything.
+      uint64_t expected = c10::elementSize(*dtype);
+      bool overflow = false;
+      for (auto d : ext.sizes) {
+        if (d < 0) return drop("negative tensor size");
+        overflow |= d != 0 && expected > UINT64_MAX / uint64_t(d);
+        expected *= uint64_t(d);
+      }
+      if (overflow || expected != lengths[i]) return drop("tensor length does not match its shape");
+      at::Tensor t;
+      try {
+        t = ReceiveBlocks::instance().empty(ext.sizes, *dtype, size_t(expected));
+      } catch (const std::exception& e) {
+        return drop("cannot allocate " + std::to_string(expected) + " bytes: " + e.what());
+      }
+      if (!read_all(fd, t.data_ptr(), lengths[i])) return drop("truncated tensor");
+      if (ext.requires_grad) t.set_requires_grad(true);
+      *slots[i] = Value(std::move(t));
+    }
+    rt_.stats.bulk_received.fetch_add(1, std::memory_order_relaxed);
+    for (auto n : lengths) rt_.stats.bulk_bytes_received.fetch_add(n, std::memory_order_relaxed);
+    // B2: as if the peer's worker actor had sent it through CAF.
+    if (type == kRequest)
+      caf::send_as(sender, rt_.actor, std::move(req));
+    else
+      caf::send_as(sender, rt_.actor, std::move(reply));
+    caf::logger::set_current_actor_system(nullptr);
+  }
+}
+
+void BulkPath::stop() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    if (stopping_.exchange(true)) return;
+    if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
+    for (int fd : reader_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (auto& l : links_) {
+      if (!l) continue;
+      std::lock_guard<std::mutex> link_lock(l->mtx);
+      if (l->fd >= 0) ::shutdown(l->fd, SHUT_RDWR);
+      l->cv.notify_all();
+    }
+  }
+  if (acceptor_.joinable()) acceptor_.join();
+  for (auto& l : links_)
+    if (l && l->writer.joinable()) l->writer.join();
+  for (auto& t : readers_) t.join();
+  for (auto& l : links_)
+    if (l && l->fd >= 0) ::close(l->fd);
+  for (int fd : reader_fds_) ::close(fd);
+  if (listen_fd_ >= 0) ::close(listen_fd_);
+}
+
+}  // namespace castor::detail

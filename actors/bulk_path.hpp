@@ -1,0 +1,64 @@
+// The bulk path: messages carrying large tensors travel on a plain TCP
+// connection per ordered worker pair, beside CAF's BASP links, so that tensor
+// bytes are written from and read into tensor memory with no copy and no
+// BASP framing. See Note [Bulk path] in actors/bulk_path.cpp.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "messages/call.hpp"
+
+namespace castor::detail {
+
+class Runtime;
+
+class BulkPath {
+ public:
+  /// Listens on the worker's host (any free port). Throws RpcError.
+  explicit BulkPath(Runtime& rt);
+  ~BulkPath();
+  BulkPath(const BulkPath&) = delete;
+  BulkPath& operator=(const BulkPath&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  /// Whether a message with these values should take the bulk path.
+  bool wants(const std::vector<Value>& values) const;
+  bool wants(const Value& value) const;
+
+  /// Queues `msg` for `to`; false (and `msg` untouched) when the link to
+  /// `to` cannot be opened: the caller sends through CAF instead.
+  bool try_send(WorkerId to, CallRequest& msg);
+  bool try_send(WorkerId to, CallReply& msg);
+
+  /// Closes every link and joins every thread. Idempotent.
+  void stop();
+
+ private:
+  struct Outgoing;
+  struct Link;
+  void accept_loop();
+  void read_loop(int fd);
+  Link* link_to(WorkerId to);
+  bool enqueue(WorkerId to, uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
+
+  Runtime& rt_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mtx_;
+  std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
+  std::vector<std::thread> readers_;
+  std::vector<int> reader_fds_;
+};
+
+}  // namespace castor::detail

@@ -1,0 +1,100 @@
+// The bulk path (Note [Bulk path] in actors/bulk_path.cpp): large tensors
+// between real workers on loopback, both ways, checked value for value, and
+// the link's behaviour with bad input.
+#include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include "actors/bulk_path.hpp"
+#include "actors/runtime.hpp"
+#include "engine/context.hpp"
+#include "support/cluster.hpp"
+#include "support/test_functions.hpp"
+
+using namespace castor;
+using namespace castor::test;
+using std::chrono::milliseconds;
+
+namespace {
+
+uint64_t bulk_sent(Worker& w) { return w.runtime().stats.bulk_sent.load(); }
+uint64_t bulk_received(Worker& w) { return w.runtime().stats.bulk_received.load(); }
+
+}  // namespace
+
+TEST_CASE("large tensors take the bulk path both ways; small ones stay on CAF's link") {
+  LocalWorld world(2);
+  REQUIRE(world[0].runtime().bulk != nullptr);
+  auto big = at::rand({600, 600});            // 1.4 MB
+  auto strided = at::rand({700, 400}).t();    // non-contiguous
+  auto ints = at::arange(int64_t(300000));    // 2.4 MB of int64
+  auto flags = at::rand({1 << 19}) > 0.5;     // 512 KiB of bool
+  auto small = at::rand({600});              // 2.4 KB: inside the message
+
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", big), big));
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", strided), strided));
+  CHECK(at::equal(world[1].rpc_sync<at::Tensor>("worker0", "identity", ints), ints));
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", flags), flags));
+  CHECK(at::allclose(world[0].rpc_sync<at::Tensor>("worker1", "my_add", big, small), big + small));
+  auto parts = world[0].rpc_sync<std::vector<at::Tensor>>("worker1", "aten::split", big, 100);
+  REQUIRE(parts.size() == 6);
+  CHECK(at::equal(parts[5], big.narrow(0, 500, 100)));
+  // worker0 sent 5 requests with a large tensor (one of them came back as 6
+  // small parts, a reply on CAF's link); worker1 sent one request and 4 large replies.
+  CHECK(bulk_sent(world[0]) == 5 + 1);
+  CHECK(bulk_received(world[1]) == 5 + 1);
+  CHECK(bulk_received(world[0]) == bulk_sent(world[1]));
+
+  auto before = bulk_sent(world[0]);
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", small), small));
+  CHECK(bulk_sent(world[0]) == before);
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("gradients flow back through calls whose tensors took the bulk path") {
+  LocalWorld world(2);
+  auto a = at::rand({512, 256}).set_requires_grad(true);
+  auto b = at::rand({512, 256}).set_requires_grad(true);
+  autograd::Context ctx(world[0]);
+  auto c = world[0].rpc_sync<at::Tensor>("worker1", "my_add", a, b);
+  ctx.backward({(c * c).sum()});
+  auto grads = ctx.gradients();
+  CHECK(at::allclose(grads.at(a), 2 * (a + b).detach()));
+  CHECK(at::allclose(grads.at(b), 2 * (a + b).detach()));
+  CHECK(bulk_sent(world[0]) >= 1);
+  CHECK(bulk_sent(world[1]) >= 1);
+}
+
+TEST_CASE("bulk_threshold 0 turns the bulk path off: large tensors go through CAF") {
+  LocalWorld world(2, [](WorkerOptions& o) { o.bulk_threshold = 0; });
+  CHECK(world[0].runtime().bulk == nullptr);
+  auto big = at::rand({600, 600});
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", big), big));
+}
+
+TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
+  LocalWorld world(2);
+  auto port = world[1].runtime().bulk->port();
+  for (const std::string junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string("CSB1\x05\0\0\0", 8),
+                                 std::string("\x43\x53\x42\x31\x00\x00\x00\x00\x04\x00\x00\x00\x09\xff\xff", 15)}) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+    ::close(fd);
+  }
+  auto big = at::rand({600, 600});
+  auto out = bounded(milliseconds(30000), "a call after garbage on the bulk port",
+                     [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", big); });
+  CHECK(at::equal(out, big));
+}
