@@ -7,6 +7,8 @@
 
 namespace castor::bench {
 
+/// The machine's limits in this run (bench/floors.cpp); part of the rpc suite.
+std::vector<Figure> bench_floors(const Options& opts);
 std::vector<Figure> bench_rpc(const Options& opts);
 std::vector<Figure> bench_rref(const Options& opts);
 std::vector<Figure> bench_autograd(const Options& opts);

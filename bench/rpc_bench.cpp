@@ -8,8 +8,18 @@
 
 namespace castor::bench {
 
+namespace {
+
+double value_of(const std::vector<Figure>& figures, const std::string& name) {
+  for (auto& f : figures)
+    if (f.name == name) return f.castor;
+  return 0;
+}
+
+}  // namespace
+
 std::vector<Figure> bench_rpc(const Options& opts) {
-  std::vector<Figure> out;
+  auto out = bench_floors(opts);  // before any worker: the floors' peer is a plain fork
   BenchWorld world(opts, 2);
   auto& w = world.self();
   auto x = at::ones({2});
@@ -46,6 +56,10 @@ std::vector<Figure> bench_rpc(const Options& opts) {
     out.push_back({"echo_" + std::to_string(mib) + "MiB_ms",
                    median_us(n * r, [&] { w.rpc_sync<at::Tensor>("worker1", "bench_ident", big); }, 2) / 1e3});
   }
+  // castor against the machine (issue 8's targets: <= 1.8x and <= 1.15x).
+  out.push_back({"rpc_sync_udf_vs_tcp_floor_x", value_of(out, "rpc_sync_udf_us") / value_of(out, "floor_tcp_pingpong_us")});
+  out.push_back({"echo_64MiB_vs_tcp_floor_x",
+                 value_of(out, "echo_64MiB_ms") / value_of(out, "floor_tcp_echo_64MiB_ms")});
   return out;
 }
 
