@@ -194,6 +194,7 @@ bool Worker::is_shut_down() const { return !rt_ || rt_->state.load() == detail::
 void Worker::shutdown(bool graceful) {
   if (!rt_) return;
   auto& rt = *rt_;
+  if (rt.state.load() == detail::RunState::stopped) return;  // idempotent, whichever handle asks
   if (!owning_)
     throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name,
                                   "shutdown() needs the Worker returned by init_rpc, not current_worker()"});

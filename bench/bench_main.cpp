@@ -9,7 +9,7 @@ namespace {
 
 const char* kUsage =
     "usage: castor-bench SUITE [--vs-pytorch] [--json] [--reps N]\n"
-    "  SUITE: rpc | rref | autograd | train | all\n"
+    "  SUITE: rpc | rref | autograd | train | scale | all\n"
     "  --vs-pytorch  also run PyTorch's side (bench/pytorch_bench.py) and print ratios castor/pytorch\n"
     "  --json        print one JSON object {figure: {castor, pytorch, ratio}}\n"
     "  --reps N      multiply the repetitions per figure (default 1)\n";
@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> suites;
   if (suite == "all")
-    suites = {"rpc", "rref", "autograd", "train"};
-  else if (suite == "rpc" || suite == "rref" || suite == "autograd" || suite == "train")
+    suites = {"rpc", "rref", "autograd", "train", "scale"};
+  else if (suite == "rpc" || suite == "rref" || suite == "autograd" || suite == "train" || suite == "scale")
     suites = {suite};
   else {
     std::fprintf(stderr, "castor-bench: unknown suite '%s'\n%s", suite.c_str(), kUsage);
@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
       if (s == "rref") part = bench_rref(opts);
       if (s == "autograd") part = bench_autograd(opts);
       if (s == "train") part = bench_train(opts);
+      if (s == "scale") part = bench_scale(opts);
       figures.insert(figures.end(), part.begin(), part.end());
     }
     if (opts.vs_pytorch) {

@@ -13,5 +13,6 @@ std::vector<Figure> bench_rpc(const Options& opts);
 std::vector<Figure> bench_rref(const Options& opts);
 std::vector<Figure> bench_autograd(const Options& opts);
 std::vector<Figure> bench_train(const Options& opts);
+std::vector<Figure> bench_scale(const Options& opts);
 
 }  // namespace castor::bench
