@@ -20,11 +20,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
   }
   self->set_down_handler([self](caf::down_msg& dm) { on_peer_down_impl(self, dm); });
   // Anything else (a message from a newer or hostile peer) is dropped, not fatal.
-  self->set_default_handler([self](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> {
-    std::fprintf(stderr, "castor[%s]: dropped an unexpected message %s\n", self->state.rt->name.c_str(),
-                 caf::to_string(x.content()).c_str());
-    return caf::sec::unexpected_message;
-  });
+  // Malformed ones too (drop_malformed): see Note [Hostile input].
+  self->set_default_handler(
+      [self](caf::scheduled_actor*, caf::message_view& x) -> caf::result<caf::message> { return drop_unexpected(self, x); });
   return {
       // -- peers ------------------------------------------------------------
       [self](hello_atom, WorkerId from) {
@@ -43,18 +41,22 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       },
       // -- calls ------------------------------------------------------------
       [self](CallRequest& req) {
+        if (drop_malformed(self, req)) return;
         self->state.rt->stats.count(MessageType::call_request);
         handle_request_impl(self, std::move(req));
       },
       [self](CallReply& reply) {
+        if (drop_malformed(self, reply)) return;
         self->state.rt->stats.count(MessageType::call_reply);
         handle_reply_impl(self, std::move(reply));
       },
       [self](TensorChunk& chunk) {
+        if (drop_malformed(self, chunk)) return;
         self->state.rt->stats.count(MessageType::tensor_chunk);
         handle_chunk_impl(self, std::move(chunk));
       },
       [self](RRefControl& msg) {
+        if (drop_malformed(self, msg)) return;
         self->state.rt->stats.count(MessageType::rref_control);
         self->state.rt->rrefs->handle_control(std::move(msg));
       },
@@ -64,6 +66,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       },
       // -- distributed autograd (counted messages, see Note [Graceful shutdown])
       [self](BackwardGrad& g) {
+        if (drop_malformed(self, g)) return;
         auto* rt = self->state.rt;
         rt->counters.received.fetch_add(1);
         rt->stats.count(MessageType::backward_grad);
@@ -71,11 +74,13 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         rt->autograd->handle_grad(std::move(g), from);
       },
       [self](BackwardDone& d) {
+        if (drop_malformed(self, d)) return;
         self->state.rt->counters.received.fetch_add(1);
         self->state.rt->stats.count(MessageType::backward_done);
         self->state.rt->autograd->handle_done(std::move(d));
       },
       [self](ContextControl& c) {
+        if (drop_malformed(self, c)) return;
         self->state.rt->counters.received.fetch_add(1);
         self->state.rt->stats.count(MessageType::context_control);
         self->state.rt->autograd->handle_control(std::move(c));

@@ -69,6 +69,18 @@ void fail_pending_impl(worker_pointer self, const std::function<bool(const Pendi
 void handle_request_impl(worker_pointer self, CallRequest&& request);
 void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk);
 
+// malformed.cpp: drop (and log, naming the peer) a message that arrived
+// malformed; true when dropped. See Note [Hostile input] in messages/wire_checks.hpp.
+bool drop_malformed(worker_pointer self, CallRequest& req);
+bool drop_malformed(worker_pointer self, CallReply& reply);
+bool drop_malformed(worker_pointer self, TensorChunk& chunk);
+bool drop_malformed(worker_pointer self, RRefControl& msg);
+bool drop_malformed(worker_pointer self, BackwardGrad& grad);
+bool drop_malformed(worker_pointer self, BackwardDone& done);
+bool drop_malformed(worker_pointer self, ContextControl& msg);
+/// The default handler: a message of a type the worker does not handle.
+caf::result<caf::message> drop_unexpected(worker_pointer self, caf::message_view& x);
+
 // liveness.cpp
 bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle);
 bool all_peers_known(worker_pointer self);

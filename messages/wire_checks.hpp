@@ -28,10 +28,12 @@
 //      readable fails its call, so neither side waits for a timeout.
 //  H3. A well-formed message of a type or shape the worker does not handle
 //      reaches its default handler: logged naming the peer and dropped (a
-//      request is answered with CAF's unexpected_message error).
-//  H4. A dropped counted message (calls, replies, autograd messages) from a
-//      known peer still counts as received, so termination detection (Note
-//      [Graceful shutdown]) stays balanced.
+//      request is answered with CAF's unexpected_message error, an
+//      asynchronous message with nothing: answering it with an error hung
+//      the worker's graceful shutdown).
+//  H4. A dropped counted message (calls, replies, autograd messages) still
+//      counts as received, as a well-formed one does, so termination
+//      detection (Note [Graceful shutdown]) stays balanced for peers.
 //  H5. What CAF drops before castor sees it cannot be attributed: BASP
 //      header and framing errors, unknown type names, malformed elements
 //      that are CAF's own types (atoms, strings, actor handles) or not the

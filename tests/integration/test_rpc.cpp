@@ -7,11 +7,17 @@
 #include <fstream>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
 #include <ATen/ATen.h>
 
+#include <future>
+
+#include <caf/send.hpp>
+
+#include "actors/runtime.hpp"
 #include "actors/worker.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -358,4 +364,80 @@ TEST_CASE("a peer process killed mid-call fails the call within 5 s -- new calls
   auto stop = bounded(milliseconds(10000), "shutdown with dead peer",
                       [&] { return error_of<UnreachableError>([&] { w0.shutdown(); }); });
   CHECK(contains(stop, "graceful shutdown of worker0 failed: worker worker1 is unreachable"));
+}
+
+namespace {
+// Sends what this process writes to stderr into a file while alive.
+class CapturedStderr {
+ public:
+  CapturedStderr() {
+    char name[] = "/tmp/castor-stderr-XXXXXX";
+    fd_ = mkstemp(name);
+    path_ = name;
+    std::fflush(stderr);
+    saved_ = dup(2);
+    dup2(fd_, 2);
+  }
+  ~CapturedStderr() {
+    std::fflush(stderr);
+    dup2(saved_, 2);
+    close(saved_);
+    close(fd_);
+    std::remove(path_.c_str());
+  }
+  std::string text() const {
+    std::fflush(stderr);
+    std::ifstream in(path_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+  // Waits up to 10 s for `part` to be logged.
+  bool wait_for(const std::string& part) const {
+    for (int i = 0; i < 200; ++i) {
+      if (text().find(part) != std::string::npos) return true;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    return false;
+  }
+
+ private:
+  int fd_ = -1, saved_ = -1;
+  std::string path_;
+};
+}  // namespace
+
+// Note [Hostile input] (H2, H3): a peer sends worker1 a request whose content
+// does not decode there (a list nested past the cap of 64) and a message of a
+// type workers do not handle. Both are logged naming the peer and dropped;
+// the request is answered with the reason at once; worker1 keeps serving.
+TEST_CASE("a malformed or unknown message from a peer is dropped, logged naming the peer -- the worker keeps serving") {
+  LocalWorld world(2);
+  CapturedStderr log;
+  CallRequest req;
+  req.id = world[0].runtime().call_ids.next();
+  req.caller = 0;
+  req.function = "identity";
+  Value deep(int64_t(1));
+  for (int i = 0; i < 70; ++i) deep = Value(Value::List{deep});
+  req.args = {deep};
+  // worker0 sends it through its own call path (so its reply completes the
+  // call), and a message workers do not handle as its worker actor.
+  auto answer = std::make_shared<std::promise<castor::detail::Outcome>>();
+  auto got = answer->get_future();
+  auto& rt0 = world[0].runtime();
+  rt0.start_call(1, CallRequest(req), std::chrono::seconds(10), [answer](castor::detail::Outcome o) { answer->set_value(std::move(o)); });
+  caf::send_as(caf::actor_cast<caf::actor>(rt0.actor), caf::actor_cast<caf::actor>(rt0.peer_handles[1]),
+               std::string("not a castor message"), int64_t(42));
+  REQUIRE(got.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  auto reply = got.get();
+  CHECK_FALSE(reply.ok);
+  CHECK(contains(reply.error.message, "could not decode a call request from worker worker0"));
+  CHECK(contains(reply.error.message, "values nested deeper than 64"));
+  CHECK(log.wait_for("castor[worker1]: dropped a malformed castor::CallRequest from worker worker0: "
+                     "values nested deeper than 64"));
+  CHECK(log.wait_for("castor[worker1]: dropped an unexpected message from worker worker0: "));
+  CHECK(log.text().find("not a castor message") != std::string::npos);
+  // worker1 keeps serving, both ways.
+  CHECK(world[0].rpc_sync<int64_t>("worker1", "add_ints", 40, 2) == 42);
+  CHECK(world[1].rpc_sync<int64_t>("worker0", "add_ints", 1, 2) == 3);
+  world.shutdown_all();
 }
