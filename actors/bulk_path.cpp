@@ -8,6 +8,7 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -55,11 +56,39 @@ namespace castor::detail {
 //      worker keeps serving (see Note [Hostile input]).
 //  B6. With TLS there is no bulk link: CAF 0.17 offers no TLS stream to
 //      reuse, and castor never sends plain bytes in a TLS cluster.
+//  B7. Same host: when the receiver finds in the greeting that the sender
+//      runs on its machine and in its pid namespace (same boot id, same
+//      namespace), the frame carries the tensors' addresses instead of their
+//      bytes and the receiver copies them straight out of the sender's memory
+//      (process_vm_readv: one copy, kernel to kernel, no shared segment that
+//      a crash could leave behind). The sender keeps the tensors alive until
+//      the receiver's one-byte answer: 'A' copied, or 'N' (not permitted,
+//      e.g. ptrace restrictions): then the bytes follow on the socket as in
+//      B1 and the link stays on TCP. Values stay copies either way.
 
 namespace {
 
 constexpr uint32_t kMagic = 0x31425343;  // "CSB1"
 constexpr uint8_t kRequest = 1, kReply = 2;
+constexpr uint8_t kBytesFollow = 0, kAddresses = 1;  // B1 or B7
+constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T';
+
+// This machine and pid namespace (B7): the kernel's boot id and the namespace's inode.
+const std::string& host_identity() {
+  static const std::string id = [] {
+    std::string boot;
+    if (FILE* f = std::fopen("/proc/sys/kernel/random/boot_id", "r")) {
+      char buf[64] = {0};
+      if (std::fgets(buf, sizeof buf, f)) boot = buf;
+      std::fclose(f);
+    }
+    char ns[128] = {0};
+    auto n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    if (boot.empty() || n <= 0) return std::string();
+    return boot + "/" + std::string(ns, size_t(n));
+  }();
+  return id;
+}
 constexpr uint64_t kMaxEnvelope = uint64_t(1) << 30;
 constexpr uint32_t kMaxTensors = 1 << 20;
 
@@ -209,6 +238,19 @@ class ReceiveBlocks {
   size_t cached_ = 0;
 };
 
+// process_vm_readv in a loop (it may copy less than asked).
+bool copy_from_process(int pid, uint64_t address, void* into, uint64_t n) {
+  auto* dst = static_cast<char*>(into);
+  while (n > 0) {
+    iovec local{dst, n}, remote{reinterpret_cast<void*>(address), n};
+    auto r = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    dst += r, address += uint64_t(r), n -= uint64_t(r);
+  }
+  return true;
+}
+
 bool has_large(const Value& v, size_t threshold) {
   if (v.is_list()) {
     for (auto& x : v.to_list())
@@ -231,6 +273,7 @@ struct BulkPath::Link {
   WorkerId to = -1;
   int fd = -1;
   bool broken = false;  // B4: never reused
+  bool same_host = false;  // B7: send addresses, not bytes
   std::mutex mtx;
   std::condition_variable cv;
   std::deque<Outgoing> queue;
@@ -298,7 +341,13 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
     put(hello, kMagic);
     put(hello, int32_t(rt_.rank));
     put(hello, uint32_t(kWireProtocolVersion));
-    if (!write_all(fd, hello.data(), hello.size())) ::close(fd), fd = -1, why = std::strerror(errno);
+    put(hello, int32_t(::getpid()));
+    put(hello, uint32_t(host_identity().size()));
+    hello.insert(hello.end(), host_identity().begin(), host_identity().end());
+    char answer = 0;
+    if (!write_all(fd, hello.data(), hello.size()) || !read_all(fd, &answer, 1))
+      ::close(fd), fd = -1, why = "no answer to the greeting";
+    link->same_host = answer == kSameHost && rt_.opts.bulk_same_host;
   }
   if (fd < 0) {
     link->broken = true;
@@ -317,12 +366,22 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
         out = std::move(link->queue.front());
         link->queue.pop_front();
       }
-      bool ok = write_all(link->fd, out.head.data(), out.head.size());
       uint64_t bytes = 0;
-      for (size_t i = 0; ok && i < out.tensors.size(); ++i) {
-        bytes += wire::wire_bytes(out.tensors[i]);
-        ok = write_all(link->fd, out.tensors[i].data_ptr(), wire::wire_bytes(out.tensors[i]));
+      for (auto& t : out.tensors) bytes += wire::wire_bytes(t);
+      bool ok = true, send_bytes = true;
+      if (link->same_host) {  // B7: addresses, then wait for the receiver's copy
+        out.head[1] = char(kAddresses);
+        for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+        char answer = 0;
+        ok = write_all(link->fd, out.head.data(), out.head.size()) && read_all(link->fd, &answer, 1) &&
+             (answer == kCopied || answer == kSendBytes);
+        send_bytes = answer == kSendBytes;
+        if (send_bytes) link->same_host = false;
+      } else {
+        ok = write_all(link->fd, out.head.data(), out.head.size());
       }
+      for (size_t i = 0; ok && send_bytes && i < out.tensors.size(); ++i)
+        ok = write_all(link->fd, out.tensors[i].data_ptr(), wire::wire_bytes(out.tensors[i]));
       if (ok) {
         rt_.stats.bulk_sent.fetch_add(1, std::memory_order_relaxed);
         rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
@@ -353,6 +412,7 @@ bool BulkPath::enqueue(WorkerId to, uint8_t type, std::vector<char> envelope, st
   Outgoing out;
   out.type = type;
   put(out.head, type);
+  put(out.head, kBytesFollow);  // the writer may switch it to kAddresses (B7)
   put(out.head, uint64_t(envelope.size()));
   put(out.head, uint32_t(tensors.size()));
   for (auto& t : tensors) put(out.head, uint64_t(wire::wire_bytes(t)));
@@ -424,8 +484,17 @@ void BulkPath::read_loop(int fd) {
   };
   uint32_t magic = 0, version = 0;
   int32_t from = -1;
+  int32_t pid = 0;
+  uint32_t id_len = 0;
   if (!read_all(fd, &magic, 4) || !read_all(fd, &from, 4) || !read_all(fd, &version, 4)) return drop("no greeting");
   if (magic != kMagic) return drop("not a castor bulk link");
+  if (!read_all(fd, &pid, 4) || !read_all(fd, &id_len, 4) || id_len > 4096) return drop("no greeting");
+  std::string identity(id_len, '\0');
+  if (!read_all(fd, identity.data(), id_len)) return drop("no greeting");
+  bool same_host = rt_.opts.bulk_same_host && !identity.empty() && identity == host_identity() && pid > 0 &&
+                   pid != ::getpid();
+  char answer = same_host ? kSameHost : kOtherHost;
+  if (!write_all(fd, &answer, 1)) return drop("closed during the greeting");
   // The world is known once init is done; a peer may connect a moment earlier.
   for (int i = 0; i < 6000 && rt_.state.load() == RunState::starting && !stopping_; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -436,12 +505,14 @@ void BulkPath::read_loop(int fd) {
     return drop("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   auto sender = rt_.peer_handles[size_t(from)];
   for (;;) {
-    uint8_t type = 0;
+    uint8_t type = 0, mode = 0;
     uint64_t env_len = 0;
     uint32_t count = 0;
     if (!read_all(fd, &type, 1)) return (void)::shutdown(fd, SHUT_RDWR);  // closed between frames: the peer is done
-    if (!read_all(fd, &env_len, 8) || !read_all(fd, &count, 4)) return drop("truncated frame");
-    if ((type != kRequest && type != kReply) || env_len > kMaxEnvelope || count > kMaxTensors)
+    if (!read_all(fd, &mode, 1) || !read_all(fd, &env_len, 8) || !read_all(fd, &count, 4))
+      return drop("truncated frame");
+    if ((type != kRequest && type != kReply) || (mode != kBytesFollow && mode != kAddresses) ||
+        (mode == kAddresses && !same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
       return drop("malformed frame header");
     std::vector<uint64_t> lengths(count);
     std::vector<char> env(env_len);
@@ -460,6 +531,9 @@ void BulkPath::read_loop(int fd) {
       placeholders(reply.result, slots);
     }
     if (err || slots.size() != count) return drop("malformed envelope");
+    std::vector<uint64_t> addresses(mode == kAddresses ? count : 0);
+    if (!addresses.empty() && !read_all(fd, addresses.data(), 8 * size_t(count))) return drop("truncated frame");
+    std::vector<at::Tensor> received(count);
     for (size_t i = 0; i < count; ++i) {
       auto ext = slots[i]->to_external();
       auto dtype = wire::from_wire_dtype(ext.dtype);
@@ -479,9 +553,26 @@ void BulkPath::read_loop(int fd) {
       } catch (const std::exception& e) {
         return drop("cannot allocate " + std::to_string(expected) + " bytes: " + e.what());
       }
-      if (!read_all(fd, t.data_ptr(), lengths[i])) return drop("truncated tensor");
-      if (ext.requires_grad) t.set_requires_grad(true);
-      *slots[i] = Value(std::move(t));
+      received[i] = std::move(t);
+    }
+    // B7: copy out of the sender's memory; if the kernel refuses, ask for the bytes.
+    bool copied = !addresses.empty();
+    for (size_t i = 0; copied && i < count; ++i)
+      copied = copy_from_process(pid, addresses[i], received[i].data_ptr(), lengths[i]);
+    if (!addresses.empty()) {
+      char reply_byte = copied ? kCopied : kSendBytes;
+      if (!write_all(fd, &reply_byte, 1)) return drop("closed while copying");
+      if (!copied) {
+        same_host = false;
+        std::fprintf(stderr, "castor[%s]: cannot read tensors from %s's memory (%s); its link sends bytes\n",
+                     rt_.name.c_str(), from_name.c_str(), std::strerror(errno));
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (!copied && !read_all(fd, received[i].data_ptr(), lengths[i])) return drop("truncated tensor");
+      auto ext = slots[i]->to_external();
+      if (ext.requires_grad) received[i].set_requires_grad(true);
+      *slots[i] = Value(std::move(received[i]));
     }
     rt_.stats.bulk_received.fetch_add(1, std::memory_order_relaxed);
     for (auto n : lengths) rt_.stats.bulk_bytes_received.fetch_add(n, std::memory_order_relaxed);

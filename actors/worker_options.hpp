@@ -69,6 +69,9 @@ struct WorkerOptions {
   /// Calls and replies to other workers with a tensor of at least this many
   /// bytes take the bulk path (Note [Bulk path]); 0: never. Not with TLS.
   size_t bulk_threshold = 256 * 1024;
+  /// Same-host peers copy tensors straight from each other's memory (B7 of
+  /// Note [Bulk path]); false: always through the socket.
+  bool bulk_same_host = true;
 
   /// Tests only: drop, delay, duplicate or reorder control messages.
   FaultInjection faults;

@@ -9,10 +9,11 @@ namespace {
 
 const char* kUsage =
     "usage: castor-bench SUITE [--vs-pytorch] [--json] [--reps N]\n"
-    "  SUITE: rpc | rref | autograd | train | scale | all\n"
+    "  SUITE: rpc | rref | autograd | train | scale | sweep | all\n"
     "  --vs-pytorch  also run PyTorch's side (bench/pytorch_bench.py) and print ratios castor/pytorch\n"
     "  --json        print one JSON object {figure: {castor, pytorch, ratio}}\n"
-    "  --reps N      multiply the repetitions per figure (default 1)\n";
+    "  --reps N      multiply the repetitions per figure (default 1)\n"
+    "  --plot FILE   sweep: draw latency and throughput against payload size (SVG)\n";
 
 }  // namespace
 
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
       opts.vs_pytorch = true;
     } else if (a == "--json") {
       opts.json = true;
+    } else if (a == "--plot" && i + 1 < argc) {
+      opts.plot = argv[++i];
     } else if (a == "--reps" && i + 1 < argc) {
       opts.reps = std::max(1, std::atoi(argv[++i]));
     } else {
@@ -41,8 +44,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> suites;
   if (suite == "all")
-    suites = {"rpc", "rref", "autograd", "train", "scale"};
-  else if (suite == "rpc" || suite == "rref" || suite == "autograd" || suite == "train" || suite == "scale")
+    suites = {"rpc", "rref", "autograd", "train", "scale", "sweep"};
+  else if (suite == "rpc" || suite == "rref" || suite == "autograd" || suite == "train" || suite == "scale" || suite == "sweep")
     suites = {suite};
   else {
     std::fprintf(stderr, "castor-bench: unknown suite '%s'\n%s", suite.c_str(), kUsage);
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
       if (s == "autograd") part = bench_autograd(opts);
       if (s == "train") part = bench_train(opts);
       if (s == "scale") part = bench_scale(opts);
+      if (s == "sweep") part = bench_sweep(opts);
       figures.insert(figures.end(), part.begin(), part.end());
     }
     if (opts.vs_pytorch) {
@@ -65,6 +69,7 @@ int main(int argc, char** argv) {
         if (auto it = py.find(f.name); it != py.end()) f.pytorch = it->second;
     }
     report(figures, opts);
+    if (!opts.plot.empty()) write_sweep_svg(figures, opts.plot);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor-bench: %s\n", e.what());
     return 1;

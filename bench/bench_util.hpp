@@ -29,6 +29,7 @@ struct Options {
   bool json = false;
   int reps = 1;  // multiplies the number of repetitions
   std::string self_path;  // argv[0], to start peer workers
+  std::string plot;       // sweep: write the SVG here
 };
 
 /// Median of `n` timed runs of `f` (after `warmup` untimed runs), in µs.

@@ -83,7 +83,16 @@ def suite_autograd_chain(out, reps):
     out["dist_autograd_chain4_us"] = median_us(300 * reps, fwd_bwd, 20)
 
 
-SUITES = {"rpc": suite_rpc, "rref": suite_rref, "autograd": suite_autograd}
+def suite_sweep(out, reps):
+    for kib in (1, 16, 256, 1024, 4096, 16384, 65536):
+        x = torch.rand(kib * 1024 // 4)
+        n = max(7, min(1000, 200000 // kib)) * reps
+        us = median_us(n, lambda: rpc.rpc_sync("worker1", ident, args=(x,)), 3)
+        out[f"sweep_echo_{kib}KiB_us"] = us
+        out[f"sweep_echo_{kib}KiB_MiB_per_s"] = 2.0 * kib / 1024 / (us / 1e6)
+
+
+SUITES = {"rpc": suite_rpc, "rref": suite_rref, "autograd": suite_autograd, "sweep": suite_sweep}
 # Suites that need more than two workers, with their world size.
 WIDE = {"autograd": (suite_autograd_chain, 4)}
 

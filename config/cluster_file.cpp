@@ -80,7 +80,7 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
   if (!o.is_object()) r.fail("options", "expected an object, got " + Reader::describe(o));
   r.warn_unknown(o, "options",
                  {"rpc_timeout_ms", "init_timeout_ms", "num_worker_threads", "max_worker_threads", "intra_op_threads",
-                  "autograd_mode", "max_message_bytes", "bulk_threshold_bytes", "heartbeat_ms", "connection_timeout_ms", "caf_config_file",
+                  "autograd_mode", "max_message_bytes", "bulk_threshold_bytes", "bulk_same_host", "heartbeat_ms", "connection_timeout_ms", "caf_config_file",
                   "caf"});
   if (o.contains("rpc_timeout_ms"))
     opts.rpc_timeout = std::chrono::milliseconds(r.integer(o["rpc_timeout_ms"], "options.rpc_timeout_ms", 1, kMaxMs));
@@ -108,6 +108,11 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
   if (o.contains("bulk_threshold_bytes"))
     opts.bulk_threshold =
         size_t(r.integer(o["bulk_threshold_bytes"], "options.bulk_threshold_bytes", 0, int64_t(1) << 40));
+  if (o.contains("bulk_same_host")) {
+    if (!o["bulk_same_host"].is_boolean())
+      r.fail("options.bulk_same_host", "expected true or false, got " + Reader::describe(o["bulk_same_host"]));
+    opts.bulk_same_host = o["bulk_same_host"].get<bool>();
+  }
   if (o.contains("max_message_bytes"))
     opts.max_message_bytes =
         size_t(r.integer(o["max_message_bytes"], "options.max_message_bytes", 4096, int64_t(1) << 31));

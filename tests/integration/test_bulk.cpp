@@ -28,7 +28,12 @@ uint64_t bulk_received(Worker& w) { return w.runtime().stats.bulk_received.load(
 }  // namespace
 
 TEST_CASE("large tensors take the bulk path both ways; small ones stay on CAF's link") {
-  LocalWorld world(2);
+  // Both modes: copied from the peer's memory (same host, B7) and through the socket.
+  bool same_host = true;
+  SUBCASE("same host: process_vm_readv") { same_host = true; }
+  SUBCASE("bytes on the socket") { same_host = false; }
+  CAPTURE(same_host);
+  LocalWorld world(2, [same_host](WorkerOptions& o) { o.bulk_same_host = same_host; });
   REQUIRE(world[0].runtime().bulk != nullptr);
   auto big = at::rand({600, 600});            // 1.4 MB
   auto strided = at::rand({700, 400}).t();    // non-contiguous
