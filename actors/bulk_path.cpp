@@ -71,7 +71,9 @@ namespace {
 constexpr uint32_t kMagic = 0x31425343;  // "CSB1"
 constexpr uint8_t kRequest = 1, kReply = 2;
 constexpr uint8_t kBytesFollow = 0, kAddresses = 1;  // B1 or B7
-constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T';
+constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T', kRefused = 'R';
+constexpr int kGreetingLimitSeconds = 5;
+constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 46;  // 64 TiB: beyond any machine, far from overflow
 
 // This machine and pid namespace (B7): the kernel's boot id and the namespace's inode.
 const std::string& host_identity() {
@@ -344,9 +346,20 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
     put(hello, int32_t(::getpid()));
     put(hello, uint32_t(host_identity().size()));
     hello.insert(hello.end(), host_identity().begin(), host_identity().end());
+    // The receiver answers once its own init is done (at most kGreetingLimit);
+    // a link cut now must not hold this thread (and the link) for longer.
+    timeval limit{kGreetingLimitSeconds, 0}, none{0, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     char answer = 0;
     if (!write_all(fd, hello.data(), hello.size()) || !read_all(fd, &answer, 1))
       ::close(fd), fd = -1, why = "no answer to the greeting";
+    else if (answer != kSameHost && answer != kOtherHost)
+      ::close(fd), fd = -1, why = "refused by the receiver";
+    if (fd >= 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+    }
     link->same_host = answer == kSameHost && rt_.opts.bulk_same_host;
   }
   if (fd < 0) {
@@ -368,6 +381,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
       }
       uint64_t bytes = 0;
       for (auto& t : out.tensors) bytes += wire::wire_bytes(t);
+      errno = 0;
       bool ok = true, send_bytes = true;
       if (link->same_host) {  // B7: addresses, then wait for the receiver's copy
         out.head[1] = char(kAddresses);
@@ -387,8 +401,12 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
         rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
         continue;
       }
-      // B4: this message and everything queued behind it fail now.
-      auto why = "the bulk link to worker " + rt_.name_of(link->to) + " broke: " + std::strerror(errno);
+      // B4: this message and everything queued behind it fail now: our
+      // requests here, our replies at the caller (through CAF). A request
+      // failed here was counted as sent and will never be received: uncount
+      // it, or termination detection would wait for it forever.
+      auto why = "the bulk link to worker " + rt_.name_of(link->to) + " broke" +
+                 (errno ? std::string(": ") + std::strerror(errno) : std::string());
       std::deque<Outgoing> lost;
       {
         std::lock_guard<std::mutex> lock(link->mtx);
@@ -397,18 +415,27 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
       }
       lost.push_front(std::move(out));
       if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name.c_str(), why.c_str());
-      for (auto& m : lost)
-        if (m.type == kRequest)
+      for (auto& m : lost) {
+        if (m.type == kRequest) {
+          rt_.counters.sent.fetch_sub(1, std::memory_order_relaxed);
           if (auto call = rt_.pending.take(m.call))
             call->done(Outcome::failure(make_error(ErrorKind::Unreachable, rt_.name_of(link->to), why)));
+        } else if (size_t(link->to) < rt_.peer_handles.size() && rt_.peer_handles[size_t(link->to)]) {
+          CallReply failed;
+          failed.id = m.call;
+          failed.error = make_error(ErrorKind::Unreachable, rt_.name, "worker " + rt_.name + " could not send the result: " + why);
+          caf::anon_send(rt_.peer_handles[size_t(link->to)], std::move(failed));
+          caf::logger::set_current_actor_system(nullptr);
+        }
+      }
       return;
     }
   });
   return link;
 }
 
-bool BulkPath::enqueue(WorkerId to, uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors,
-                       CallId call) {
+BulkPath::Outgoing BulkPath::frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors,
+                                   CallId call) {
   Outgoing out;
   out.type = type;
   put(out.head, type);
@@ -419,14 +446,7 @@ bool BulkPath::enqueue(WorkerId to, uint8_t type, std::vector<char> envelope, st
   out.head.insert(out.head.end(), envelope.begin(), envelope.end());
   out.tensors = std::move(tensors);
   out.call = call;
-  auto* link = links_[size_t(to)].get();
-  {
-    std::lock_guard<std::mutex> lock(link->mtx);
-    if (link->broken) return false;
-    link->queue.push_back(std::move(out));
-  }
-  link->cv.notify_one();
-  return true;
+  return out;
 }
 
 namespace {
@@ -442,18 +462,34 @@ std::vector<char> envelope_of(Message& msg) {
 
 }  // namespace
 
+// Under the link's lock from the check to the push: a link that breaks
+// meanwhile leaves `msg` untouched for CAF (B4).
 bool BulkPath::try_send(WorkerId to, CallRequest& msg) {
-  if (!link_to(to)) return false;
-  std::vector<at::Tensor> tensors;
-  for (auto& a : msg.args) extract(a, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
-  return enqueue(to, kRequest, envelope_of(msg), std::move(tensors), msg.id);
+  auto* link = link_to(to);
+  if (!link) return false;
+  {
+    std::lock_guard<std::mutex> lock(link->mtx);
+    if (link->broken) return false;
+    std::vector<at::Tensor> tensors;
+    for (auto& a : msg.args) extract(a, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
+    link->queue.push_back(frame(kRequest, envelope_of(msg), std::move(tensors), msg.id));
+  }
+  link->cv.notify_one();
+  return true;
 }
 
 bool BulkPath::try_send(WorkerId to, CallReply& msg) {
-  if (!link_to(to)) return false;
-  std::vector<at::Tensor> tensors;
-  extract(msg.result, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
-  return enqueue(to, kReply, envelope_of(msg), std::move(tensors), CallId{});
+  auto* link = link_to(to);
+  if (!link) return false;
+  {
+    std::lock_guard<std::mutex> lock(link->mtx);
+    if (link->broken) return false;
+    std::vector<at::Tensor> tensors;
+    extract(msg.result, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
+    link->queue.push_back(frame(kReply, envelope_of(msg), std::move(tensors), msg.id));
+  }
+  link->cv.notify_one();
+  return true;
 }
 
 void BulkPath::accept_loop() {
@@ -469,8 +505,23 @@ void BulkPath::accept_loop() {
       ::close(fd);
       return;
     }
-    reader_fds_.push_back(fd);
-    readers_.emplace_back([this, fd] { read_loop(fd); });
+    // Readers whose connection ended: join them and close their sockets, so
+    // that scanners or reconnecting peers do not pile up threads and fds.
+    for (auto it = readers_.begin(); it != readers_.end();) {
+      if (!it->done->load()) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      ::close(it->fd);
+      it = readers_.erase(it);
+    }
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    readers_.push_back(Reader{std::thread([this, fd, done] {
+                                read_loop(fd);
+                                done->store(true);
+                              }),
+                              fd, done});
   }
 }
 
@@ -493,16 +544,25 @@ void BulkPath::read_loop(int fd) {
   if (!read_all(fd, identity.data(), id_len)) return drop("no greeting");
   bool same_host = rt_.opts.bulk_same_host && !identity.empty() && identity == host_identity() && pid > 0 &&
                    pid != ::getpid();
-  char answer = same_host ? kSameHost : kOtherHost;
-  if (!write_all(fd, &answer, 1)) return drop("closed during the greeting");
-  // The world is known once init is done; a peer may connect a moment earlier.
-  for (int i = 0; i < 6000 && rt_.state.load() == RunState::starting && !stopping_; ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // The world is known once init is done; a peer may connect a moment
+  // earlier. Answer only after checking, so that a refused sender falls back
+  // to CAF instead of writing frames that would be lost (B4).
+  auto refuse = [&](const std::string& why) {
+    char no = kRefused;
+    (void)write_all(fd, &no, 1);
+    drop(why);
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kGreetingLimitSeconds - 1);
+  while (rt_.state.load() == RunState::starting && !stopping_ && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (rt_.state.load() == RunState::starting) return refuse("this worker's init has not finished");
   if (from < 0 || size_t(from) >= rt_.peer_handles.size() || from == rt_.rank || !rt_.peer_handles[size_t(from)])
-    return drop("rank " + std::to_string(from) + " is not a peer of this world");
+    return refuse("rank " + std::to_string(from) + " is not a peer of this world");
   from_name = "worker " + rt_.name_of(from);
   if (version != kWireProtocolVersion)
-    return drop("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
+    return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
+  char answer = same_host ? kSameHost : kOtherHost;
+  if (!write_all(fd, &answer, 1)) return drop("closed during the greeting");
   auto sender = rt_.peer_handles[size_t(from)];
   for (;;) {
     uint8_t type = 0, mode = 0;
@@ -547,6 +607,7 @@ void BulkPath::read_loop(int fd) {
         expected *= uint64_t(d);
       }
       if (overflow || expected != lengths[i]) return drop("tensor length does not match its shape");
+      if (expected > kMaxTensorBytes) return drop("a tensor of " + std::to_string(expected) + " bytes");
       at::Tensor t;
       try {
         t = ReceiveBlocks::instance().empty(ext.sizes, *dtype, size_t(expected));
@@ -591,7 +652,7 @@ void BulkPath::stop() {
     std::lock_guard<std::mutex> lock(mtx_);
     if (stopping_.exchange(true)) return;
     if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
-    for (int fd : reader_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (auto& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
     for (auto& l : links_) {
       if (!l) continue;
       std::lock_guard<std::mutex> link_lock(l->mtx);
@@ -602,10 +663,10 @@ void BulkPath::stop() {
   if (acceptor_.joinable()) acceptor_.join();
   for (auto& l : links_)
     if (l && l->writer.joinable()) l->writer.join();
-  for (auto& t : readers_) t.join();
+  for (auto& r : readers_) r.thread.join();
   for (auto& l : links_)
     if (l && l->fd >= 0) ::close(l->fd);
-  for (int fd : reader_fds_) ::close(fd);
+  for (auto& r : readers_) ::close(r.fd);
   if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 

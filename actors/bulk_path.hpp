@@ -48,7 +48,7 @@ class BulkPath {
   void accept_loop();
   void read_loop(int fd);
   Link* link_to(WorkerId to);
-  bool enqueue(WorkerId to, uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
+  static Outgoing frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
 
   Runtime& rt_;
   int listen_fd_ = -1;
@@ -57,8 +57,12 @@ class BulkPath {
   std::thread acceptor_;
   std::mutex mtx_;
   std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
-  std::vector<std::thread> readers_;
-  std::vector<int> reader_fds_;
+  struct Reader {
+    std::thread thread;
+    int fd = -1;  // closed by whoever joins the thread
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Reader> readers_;
 };
 
 }  // namespace castor::detail

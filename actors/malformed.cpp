@@ -36,6 +36,7 @@ std::string sender_name(worker_pointer self, std::optional<WorkerId> claimed = s
 }
 
 void log_dropped(worker_pointer self, const char* type, const std::string& from, const std::string& why) {
+  self->state.rt->stats.count(MessageType::malformed);
   std::fprintf(stderr, "castor[%s]: dropped a malformed %s from %s: %s\n", self->state.rt->name.c_str(), type,
                from.c_str(), why.c_str());
   std::fflush(stderr);
@@ -108,6 +109,7 @@ bool drop_malformed(worker_pointer self, ContextControl& msg) {
 }
 
 caf::result<caf::message> drop_unexpected(worker_pointer self, caf::message_view& x) {
+  self->state.rt->stats.count(MessageType::unexpected);
   auto text = caf::to_string(x.content());
   if (text.size() > 200) text = text.substr(0, 200) + "...";
   std::fprintf(stderr, "castor[%s]: dropped an unexpected message from %s: %s\n", self->state.rt->name.c_str(),

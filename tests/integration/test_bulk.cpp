@@ -103,3 +103,17 @@ TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
                      [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", big); });
   CHECK(at::equal(out, big));
 }
+
+TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
+  LocalWorld world(2);
+  // Point worker0 at a port where nobody listens (before its first large call).
+  world[0].runtime().world[1].bulk_port = free_port();
+  auto big = at::rand({600, 600});
+  auto out = bounded(milliseconds(30000), "a large call without a bulk link",
+                     [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", big); });
+  CHECK(at::equal(out, big));
+  CHECK(bulk_sent(world[0]) == 0);
+  CHECK(bulk_sent(world[1]) == 1);  // the reply still took worker1's own link
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
