@@ -64,7 +64,8 @@ namespace castor::detail {
 //      a crash could leave behind). The sender keeps the tensors alive until
 //      the receiver's one-byte answer: 'A' copied, or 'N' (not permitted,
 //      e.g. ptrace restrictions): then the bytes follow on the socket as in
-//      B1 and the link stays on TCP. Values stay copies either way.
+//      B1 and the link stays on TCP. Values stay copies either way. The
+//      receiver copies only from the pid the sender's rank joined with.
 
 namespace {
 
@@ -559,6 +560,9 @@ void BulkPath::read_loop(int fd) {
   if (from < 0 || size_t(from) >= rt_.peer_handles.size() || from == rt_.rank || !rt_.peer_handles[size_t(from)])
     return refuse("rank " + std::to_string(from) + " is not a peer of this world");
   from_name = "worker " + rt_.name_of(from);
+  // B7 reads only from the process that joined as that rank (its pid came
+  // with the join, not with this unauthenticated greeting).
+  same_host = same_host && pid == rt_.world[size_t(from)].pid;
   if (version != kWireProtocolVersion)
     return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   char answer = same_host ? kSameHost : kOtherHost;

@@ -1,6 +1,8 @@
 // Runtime: construction, teardown order, small shared helpers.
 #include "actors/runtime.hpp"
 
+#include <unistd.h>
+
 #include <caf/send.hpp>
 
 #include "actors/bulk_path.hpp"
@@ -53,7 +55,8 @@ CallbackRunner Runtime::callback_runner() const { return executor->runner(); }
 
 JoinRequest make_join_request(const Runtime& rt) {
   JoinRequest req;
-  req.self = WorkerRecord{rt.name, rt.rank, rt.opts.host, rt.opts.port, uint16_t(rt.bulk ? rt.bulk->port() : 0)};
+  req.self = WorkerRecord{rt.name, rt.rank, rt.opts.host, rt.opts.port, uint16_t(rt.bulk ? rt.bulk->port() : 0),
+                          int32_t(::getpid())};
   req.world_size = rt.opts.world_size;
   req.autograd_mode = to_string(rt.opts.autograd_mode);
   req.signatures = all_signatures();

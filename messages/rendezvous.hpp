@@ -13,7 +13,7 @@
 namespace castor {
 
 /// Bumped whenever a message's wire format changes; joiners must agree.
-inline constexpr uint32_t kWireProtocolVersion = 4;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port
+inline constexpr uint32_t kWireProtocolVersion = 4;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid
 
 struct WorkerRecord {
   std::string name;
@@ -21,11 +21,12 @@ struct WorkerRecord {
   std::string host;
   uint16_t port = 0;
   uint16_t bulk_port = 0;  // Note [Bulk path] in actors/bulk_path.cpp; 0: none
+  int32_t pid = 0;         // B7: the only process a same-host peer may copy from
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, WorkerRecord& x) {
     return f(caf::meta::type_name("castor::WorkerRecord"), wire::checked(x.name), x.rank,
-             wire::checked(x.host), x.port, x.bulk_port);
+             wire::checked(x.host), x.port, x.bulk_port, x.pid);
   }
 };
 
