@@ -67,13 +67,15 @@ void AutogradRuntime::on_send(ContextId ctx, const std::vector<Value*>& values, 
   meta.context = ctx;
   auto actor = context(ctx, true);
   if (!actor) return;  // released already: the call goes out without autograd
-  caf::anon_send(actor, peer_atom::value, to);
   std::vector<at::Tensor*> tensors;
   for (auto* v : values)
     v->for_each_tensor([&](at::Tensor& t) {
       if (t.defined() && t.requires_grad()) tensors.push_back(&t);
     });
-  if (tensors.empty()) return;
+  if (tensors.empty()) {
+    caf::anon_send(actor, peer_atom::value, to);
+    return;
+  }
   auto node = std::make_shared<SendRpcBackward>(message_ids.next(), to);
   torch::autograd::edge_list edges;
   for (auto* t : tensors) {
@@ -87,15 +89,17 @@ void AutogradRuntime::on_send(ContextId ctx, const std::vector<Value*>& values, 
   counters_.sends.fetch_add(1);
   counters_.sends_total.fetch_add(1);
   counters_.lineage_bytes.fetch_add(int64_t(meta.lineage.size() * sizeof(uint64_t)));
-  caf::anon_send(actor, RegisterSend{std::move(node)});
+  caf::anon_send(actor, RegisterSend{std::move(node), to});
 }
 
 void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Value*>& values, WorkerId from) {
   if (!meta.in_context()) return;
   auto actor = context(meta.context, true);
   if (!actor) return;
-  caf::anon_send(actor, peer_atom::value, from);
-  if (!meta.message.valid()) return;
+  if (!meta.message.valid()) {
+    caf::anon_send(actor, peer_atom::value, from);
+    return;
+  }
   auto node = std::make_shared<RecvRpcBackward>(meta.message, from, meta.context);
   node->lineage = meta.lineage;
   for (auto* v : values)
@@ -107,7 +111,7 @@ void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Val
       torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(node, nr));
     });
   counters_.recvs.fetch_add(1);
-  caf::anon_send(actor, RegisterRecv{std::move(node)});
+  caf::anon_send(actor, RegisterRecv{std::move(node), from});
 }
 
 void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {

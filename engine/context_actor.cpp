@@ -190,8 +190,14 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
   self->state.rt = &ar->runtime();
   self->state.id = id;
   return {
-      [self](RegisterSend& r) { self->state.sends.emplace(r.node->id().packed, std::move(r.node)); },
-      [self](RegisterRecv& r) { self->state.recvs.emplace(r.node->send_id().packed, std::move(r.node)); },
+      [self](RegisterSend& r) {
+        if (r.peer != self->state.rt->rank) self->state.peers.insert(r.peer);
+        self->state.sends.emplace(r.node->id().packed, std::move(r.node));
+      },
+      [self](RegisterRecv& r) {
+        if (r.peer != self->state.rt->rank) self->state.peers.insert(r.peer);
+        self->state.recvs.emplace(r.node->send_id().packed, std::move(r.node));
+      },
       [self](peer_atom, WorkerId w) {
         if (w != self->state.rt->rank) self->state.peers.insert(w);
       },

@@ -22,11 +22,16 @@
 
 namespace castor::detail {
 
+// Each also tells the context which worker it exchanged a message with (one
+// message per call instead of two: the peer_atom alone is for calls whose
+// tensors need no gradient).
 struct RegisterSend {
   std::shared_ptr<SendRpcBackward> node;
+  WorkerId peer = -1;
 };
 struct RegisterRecv {
   std::shared_ptr<RecvRpcBackward> node;
+  WorkerId peer = -1;
 };
 /// backward() on this worker: the roots and their initial gradients.
 struct StartBackward {
