@@ -101,3 +101,19 @@ TEST_CASE("loopback names and this host's addresses are local, others are not") 
   CHECK(castor::config::is_local_host("localhost"));
   CHECK_FALSE(castor::config::is_local_host("192.0.2.77"));  // TEST-NET-1: never assigned
 }
+
+TEST_CASE("cluster files set the bulk path and the metrics port") {
+  auto file = parse_cluster_file(R"({"workers": [{"name": "a", "host": "h", "port": 1, "metrics_port": 9464},
+                                                {"name": "b", "host": "h", "port": 2}],
+                                     "options": {"bulk_threshold_bytes": 1048576, "bulk_same_host": false}})",
+                                 "/etc/castor/job.json");
+  auto a = file.options_for("a"), b = file.options_for("b");
+  CHECK(a.metrics_port == 9464);
+  CHECK(b.metrics_port == 0);
+  CHECK(a.bulk_threshold == 1048576);
+  CHECK_FALSE(b.bulk_same_host);
+  CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 1}], "options": {"bulk_same_host": 1}})") ==
+        "/etc/castor/job.json: options.bulk_same_host: expected true or false, got number 1");
+  CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 1, "metrics_port": 0}]})").find(
+            "/etc/castor/job.json: workers[0].metrics_port: ") == 0);
+}
