@@ -464,33 +464,30 @@ std::vector<char> envelope_of(Message& msg) {
 }  // namespace
 
 // Under the link's lock from the check to the push: a link that breaks
-// meanwhile leaves `msg` untouched for CAF (B4).
-bool BulkPath::try_send(WorkerId to, CallRequest& msg) {
+// meanwhile leaves the message untouched for CAF (B4).
+bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
+                    const std::function<std::vector<char>()>& encode) {
   auto* link = link_to(to);
   if (!link) return false;
   {
     std::lock_guard<std::mutex> lock(link->mtx);
     if (link->broken) return false;
     std::vector<at::Tensor> tensors;
-    for (auto& a : msg.args) extract(a, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
-    link->queue.push_back(frame(kRequest, envelope_of(msg), std::move(tensors), msg.id));
+    for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
+    link->queue.push_back(frame(type, encode(), std::move(tensors), id));
   }
   link->cv.notify_one();
   return true;
 }
 
+bool BulkPath::try_send(WorkerId to, CallRequest& msg) {
+  std::vector<Value*> values;
+  for (auto& a : msg.args) values.push_back(&a);
+  return push(to, kRequest, msg.id, values, [&msg] { return envelope_of(msg); });
+}
+
 bool BulkPath::try_send(WorkerId to, CallReply& msg) {
-  auto* link = link_to(to);
-  if (!link) return false;
-  {
-    std::lock_guard<std::mutex> lock(link->mtx);
-    if (link->broken) return false;
-    std::vector<at::Tensor> tensors;
-    extract(msg.result, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
-    link->queue.push_back(frame(kReply, envelope_of(msg), std::move(tensors), msg.id));
-  }
-  link->cv.notify_one();
-  return true;
+  return push(to, kReply, msg.id, {&msg.result}, [&msg] { return envelope_of(msg); });
 }
 
 void BulkPath::accept_loop() {

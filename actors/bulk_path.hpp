@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,8 @@ class BulkPath {
   void accept_loop();
   void read_loop(int fd);
   Link* link_to(WorkerId to);
+  bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
+            const std::function<std::vector<char>()>& encode);
   static Outgoing frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
 
   Runtime& rt_;
