@@ -322,6 +322,9 @@ bool BulkPath::wants(const std::vector<Value>& values) const {
 }
 
 BulkPath::Link* BulkPath::link_to(WorkerId to) {
+  // Until init is done the peers' bulk ports may still be filled in (Note
+  // [Masterless join]); a call served that early goes through CAF.
+  if (rt_.state.load() == RunState::starting) return nullptr;
   Link* link;
   {
     std::lock_guard<std::mutex> lock(mtx_);

@@ -35,7 +35,8 @@ struct name_store_state {
 using name_store_pointer = name_store_actor::stateful_pointer<name_store_state>;
 
 // Lists what differs between two sorted signature lists (at most a few lines).
-std::string signature_diff(const std::vector<std::string>& mine, const std::vector<std::string>& theirs) {
+std::string signature_diff(const std::vector<std::string>& mine, const std::vector<std::string>& theirs,
+                           const std::string& reference) {
   std::vector<std::string> missing, extra;
   std::set_difference(mine.begin(), mine.end(), theirs.begin(), theirs.end(), std::back_inserter(missing));
   std::set_difference(theirs.begin(), theirs.end(), mine.begin(), mine.end(), std::back_inserter(extra));
@@ -44,25 +45,42 @@ std::string signature_diff(const std::vector<std::string>& mine, const std::vect
     for (size_t i = 0; i < xs.size() && i < 5; ++i) out += std::string("\n  ") + what + xs[i];
     if (xs.size() > 5) out += "\n  ... and " + std::to_string(xs.size() - 5) + " more";
   };
-  list("only on rank 0: ", missing);
+  list(("only on " + reference + ": ").c_str(), missing);
   list("only on the joiner: ", extra);
   return out;
 }
+
+}  // namespace
+
+std::string incompatibility(const JoinRequest& reference, const JoinRequest& req, const std::string& ref) {
+  const auto& who = req.self;
+  std::string label = "worker '" + who.name + "' (rank " + std::to_string(who.rank) + ")";
+  if (req.wire_version != reference.wire_version)
+    return label + " speaks wire protocol version " + std::to_string(req.wire_version) + ", " + ref + " speaks " +
+           std::to_string(reference.wire_version);
+  if (req.world_size != reference.world_size)
+    return label + " expects world_size " + std::to_string(req.world_size) + ", " + ref + " expects " +
+           std::to_string(reference.world_size);
+  if (who.rank < 0 || who.rank >= reference.world_size)
+    return label + ": rank out of range [0, " + std::to_string(reference.world_size) + ")";
+  if (who.name.empty()) return label + ": empty worker name";
+  if (req.autograd_mode != reference.autograd_mode)
+    return label + " uses autograd mode '" + req.autograd_mode + "', " + ref + " uses '" + reference.autograd_mode +
+           "' (all workers must use the same mode)";
+  if (req.signatures != reference.signatures)
+    return label + " registered different functions or classes than " + ref + ":" +
+           signature_diff(reference.signatures, req.signatures, ref);
+  return {};
+}
+
+namespace {
 
 // Why `req` may not join, or an empty string.
 std::string refusal(name_store_pointer self, const JoinRequest& req) {
   auto& st = self->state;
   const auto& who = req.self;
   std::string label = "worker '" + who.name + "' (rank " + std::to_string(who.rank) + ")";
-  if (req.wire_version != st.reference.wire_version)
-    return label + " speaks wire protocol version " + std::to_string(req.wire_version) + ", rank 0 speaks " +
-           std::to_string(st.reference.wire_version);
-  if (req.world_size != st.reference.world_size)
-    return label + " expects world_size " + std::to_string(req.world_size) + ", rank 0 expects " +
-           std::to_string(st.reference.world_size);
-  if (who.rank < 0 || who.rank >= st.reference.world_size)
-    return label + ": rank out of range [0, " + std::to_string(st.reference.world_size) + ")";
-  if (who.name.empty()) return label + ": empty worker name";
+  if (auto why = incompatibility(st.reference, req, "rank 0"); !why.empty()) return why;
   auto it = st.joined.find(who.rank);
   if (it != st.joined.end())
     return label + ": rank " + std::to_string(who.rank) + " is already taken by worker '" + it->second.record.name +
@@ -71,12 +89,6 @@ std::string refusal(name_store_pointer self, const JoinRequest& req) {
     if (j.record.name == who.name)
       return label + ": the name '" + who.name + "' is already taken by rank " + std::to_string(rank);
   if (st.complete) return label + ": the world is already complete";
-  if (req.autograd_mode != st.reference.autograd_mode)
-    return label + " uses autograd mode '" + req.autograd_mode + "', rank 0 uses '" + st.reference.autograd_mode +
-           "' (all workers must use the same mode)";
-  if (req.signatures != st.reference.signatures)
-    return label + " registered different functions or classes than rank 0:" +
-           signature_diff(st.reference.signatures, req.signatures);
   return {};
 }
 

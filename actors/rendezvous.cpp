@@ -109,6 +109,78 @@ WorkerOptions resolve_options(WorkerOptions o) {
   return o;
 }
 
+namespace {
+
+// Note [Masterless join]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// When every worker's name and address is known up front (a cluster file),
+// no worker serves a rendezvous. Each worker connects to every lower rank and
+// checks in with it (join_atom: the peer makes the name store's compatibility
+// checks against its own join data and answers with its record: bulk port,
+// pid); higher ranks connect to it the same way, and once they all have, it
+// checks in with each of them over that link. One connection per pair, opened
+// by the higher rank, as in the master join. A worker that starts late is
+// waited for up to the init timeout; a wrong name or rank at an address, or
+// an incompatible peer, fails init naming that peer.
+void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline) {
+  const auto& cluster = rt.opts.cluster;
+  auto n = size_t(rt.opts.world_size);
+  auto mine = make_join_request(rt);
+  rt.world[size_t(rt.rank)] = mine.self;
+  caf::scoped_actor self{*rt.system};
+  // Checks in with `h`, the worker the cluster lists as rank `r`; its record.
+  auto check_in = [&](size_t r, const worker_peer& h) {
+    const auto& m = cluster[r];
+    auto where = m.host + ":" + std::to_string(m.port);
+    JoinReply reply;
+    bool answered = false;
+    caf::error failure;
+    self->request(h, left_until(deadline), join_atom::value, mine)
+        .receive([&](JoinReply& x) { reply = std::move(x), answered = true; },
+                 [&](caf::error& e) { failure = std::move(e); });
+    if (!answered)
+      fail(rt.name, failure == caf::sec::request_timeout ? ErrorKind::Timeout : ErrorKind::Unreachable,
+           "worker " + m.name + " at " + where + " did not answer: " + rt.system->render(failure));
+    if (!reply.ok) fail(rt.name, ErrorKind::Lookup, reply.error);
+    if (reply.workers.size() != 1 || reply.workers[0].rank != WorkerId(r) || reply.workers[0].name != m.name)
+      fail(rt.name, ErrorKind::Lookup,
+           "the worker at " + where + " is '" + (reply.workers.empty() ? "?" : reply.workers[0].name) + "' (rank " +
+               std::to_string(reply.workers.empty() ? -1 : reply.workers[0].rank) + "), the cluster says '" + m.name +
+               "' (rank " + std::to_string(r) + ")");
+    // Names and addresses are in the world table since before publishing
+    // (a peer may call us before our init returns); add what only it knows.
+    rt.world[r].bulk_port = reply.workers[0].bulk_port;
+    rt.world[r].pid = reply.workers[0].pid;
+  };
+  // Lower ranks: connect and check in, then register them (they hear hello).
+  // Only one side of a pair connects: CAF 0.17 does not merge two
+  // connections between the same nodes opened at once.
+  for (size_t r = 0; r < size_t(rt.rank); ++r) {
+    auto h = connect_with_retry(rt, cluster[r].host, cluster[r].port, deadline, "worker " + cluster[r].name);
+    check_in(r, h);
+    bool ok = false;
+    self->request(rt.actor, left_until(deadline), peer_atom::value, WorkerId(r), h)
+        .receive([&](bool b) { ok = b; }, [](caf::error&) {});
+    if (!ok) fail(rt.name, ErrorKind::Internal, "could not register peer " + cluster[r].name);
+  }
+  bool ready = false;
+  self->request(rt.actor, left_until(deadline), ready_atom::value)
+      .receive(
+          [&](std::vector<worker_peer>& peers) {
+            rt.peer_handles = std::move(peers);
+            ready = true;
+          },
+          [](caf::error&) {});
+  if (!ready)
+    fail(rt.name, ErrorKind::Timeout,
+         "timed out after " + std::to_string(rt.opts.init_timeout.count()) + " ms waiting for higher ranks to connect");
+  // Higher ranks connected to us: check in with them over those links.
+  for (size_t r = size_t(rt.rank) + 1; r < n; ++r) check_in(r, rt.peer_handles[r]);
+  rt.state.store(RunState::running);
+}
+
+}  // namespace
+
 void join_world(Runtime& rt) {
   auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
   auto& mm = rt.system->middleman();
@@ -116,6 +188,18 @@ void join_world(Runtime& rt) {
   // SO_REUSEADDR on every rank: a fixed port (a cluster file's) must be
   // usable again while the last job's connections on it are in TIME_WAIT;
   // Linux still refuses a second listener on a port that is in use.
+  if (!rt.opts.cluster.empty()) {  // Note [Masterless join]: names known before anyone can call
+    if (rt.opts.cluster.size() != size_t(rt.opts.world_size))
+      fail(rt.name, ErrorKind::Lookup,
+           "the cluster lists " + std::to_string(rt.opts.cluster.size()) + " workers, world_size is " +
+               std::to_string(rt.opts.world_size));
+    rt.world.clear();
+    for (size_t r = 0; r < rt.opts.cluster.size(); ++r) {
+      const auto& m = rt.opts.cluster[r];
+      rt.world.push_back(WorkerRecord{m.name, WorkerId(r), m.host, m.port, 0, 0});
+      rt.rank_by_name[m.name] = WorkerId(r);
+    }
+  }
   auto published = rt.opts.tls.enabled()  // Note [TLS]: every link verified, or none is TLS
                        ? caf::openssl::publish(me, rt.opts.port, rt.opts.host.c_str(), true)
                        : mm.publish(me, rt.opts.port, rt.opts.host.c_str(), true);
@@ -124,6 +208,7 @@ void join_world(Runtime& rt) {
          "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " +
              rt.system->render(published.error()));
   rt.opts.port = *published;
+  if (!rt.opts.cluster.empty()) return join_masterless(rt, deadline);  // Note [Masterless join]
 
   worker_peer master = rt.rank == 0 ? caf::actor_cast<worker_peer>(rt.actor)
                                     : connect_with_retry(rt, rt.opts.master.host, rt.opts.master.port, deadline,

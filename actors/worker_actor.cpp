@@ -14,7 +14,7 @@ namespace {
 worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
   self->state.rt = rt;
   self->state.peers.resize(size_t(rt->opts.world_size));
-  if (rt->rank == 0) {
+  if (rt->rank == 0 && rt->opts.cluster.empty()) {  // a masterless join needs none
     self->state.name_store = spawn_name_store(self->system(), make_join_request(*rt));
     self->link_to(self->state.name_store);  // it ends with the worker
   }
@@ -88,6 +88,13 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](sweep_atom) { sweep_impl(self); },
       // -- rendezvous (rank 0 serves it through its name store) ---------------
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {
+        auto* rt = self->state.rt;
+        if (!rt->opts.cluster.empty()) {  // masterless: a peer checks in with us directly
+          auto mine = make_join_request(*rt);
+          if (auto why = incompatibility(mine, req, "worker '" + rt->name + "'"); !why.empty())
+            return JoinReply{false, false, why, {}};
+          return JoinReply{true, false, {}, {mine.self}};
+        }
         if (!self->state.name_store) return JoinReply{false, false, self->state.rt->name + " is not the rendezvous master", {}};
         return self->delegate(self->state.name_store, atm, std::move(req));
       },

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "actors/fault_injection.hpp"
 
@@ -50,6 +51,16 @@ struct WorkerOptions {
   /// master when empty. Rank 0 listens on the master port.
   std::string host;
   uint16_t port = 0;  // 0: any free port
+
+  /// Every worker's name and address, by rank (a cluster file gives them):
+  /// then the join needs no master; each worker checks each peer directly.
+  /// Empty: the master rendezvous.
+  struct Member {
+    std::string name;
+    std::string host;
+    uint16_t port = 0;
+  };
+  std::vector<Member> cluster;
 
   std::chrono::milliseconds rpc_timeout{60000};   // default for every call
   std::chrono::milliseconds init_timeout{60000};  // until every rank has joined

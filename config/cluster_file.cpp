@@ -196,9 +196,10 @@ WorkerOptions ClusterFile::options_for(const std::string& name) const {
   o.world_size = int(workers.size());
   o.host = me.host;
   o.port = me.port;
-  o.master = Address{workers.front().host, workers.front().port};  // rank 0 serves the rendezvous
+  o.master = Address{workers.front().host, workers.front().port};  // unused by the masterless join below
   o.tls = me.tls;
   o.metrics_port = me.metrics_port;
+  for (const auto& w : workers) o.cluster.push_back(WorkerOptions::Member{w.name, w.host, w.port});  // no master
   return o;
 }
 

@@ -20,9 +20,9 @@
 //
 // "tls" (certificate, key, ca, passphrase; see Note [TLS] in actors/tls.cpp)
 // is the file's default and a worker's own "tls" overrides parts of it.
-// Ranks default to the position in "workers". Rank 0 serves the rendezvous
-// at its own address, so no separate master address is needed. Relative
-// paths are relative to the file's folder.
+// Ranks default to the position in "workers". With every address in the
+// file the join needs no master (Note [Masterless join]). Relative paths are
+// relative to the file's folder.
 #pragma once
 
 #include <string>

@@ -1,0 +1,110 @@
+// Note [Masterless join]: with every address known up front no worker serves
+// a rendezvous; each checks in with every other one. Real workers, loopback.
+#include <doctest/doctest.h>
+
+#include <future>
+#include <thread>
+
+#include <ATen/ATen.h>
+
+#include "rref/rref.hpp"
+#include "support/cluster.hpp"
+#include "support/test_functions.hpp"
+
+using namespace castor;
+using namespace castor::test;
+using std::chrono::milliseconds;
+
+namespace {
+
+std::vector<WorkerOptions> masterless_options(int n) {
+  std::vector<uint16_t> ports;
+  for (int r = 0; r < n; ++r) ports.push_back(free_port());
+  std::vector<WorkerOptions> out;
+  for (int r = 0; r < n; ++r) {
+    auto o = local_options(r, n, ports[0]);
+    o.port = ports[size_t(r)];
+    for (int k = 0; k < n; ++k)
+      o.cluster.push_back(WorkerOptions::Member{"worker" + std::to_string(k), "127.0.0.1", ports[size_t(k)]});
+    out.push_back(o);
+  }
+  return out;
+}
+
+// Starts rank `last` after the others, then waits (bounded) for every init.
+std::vector<std::future<Worker>> start(const std::vector<WorkerOptions>& opts, size_t last) {
+  std::vector<std::future<Worker>> out(opts.size());
+  for (size_t r = 0; r < opts.size(); ++r)
+    if (r != last) out[r] = std::async(std::launch::async, [o = opts[r]] { return init_rpc(o); });
+  std::this_thread::sleep_for(milliseconds(500));
+  out[last] = std::async(std::launch::async, [o = opts[last]] { return init_rpc(o); });
+  for (auto& f : out)
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "TEST HANG: a masterless init did not return within 60 s\n");
+      std::_Exit(3);
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a masterless world, rank 0 starting last, runs calls and RRefs and shuts down") {
+  auto futures = start(masterless_options(3), 0);
+  std::vector<Worker> w;
+  for (auto& f : futures) w.push_back(f.get());
+  CHECK(w[1].rpc_sync<int64_t>("worker2", "add_ints", 40, 2) == 42);
+  CHECK(w[2].rpc_sync<std::string>("worker0", "whoami") == "worker0");
+  auto r = w[0].remote<at::Tensor>("worker1", "aten::ones", std::vector<int64_t>{3});
+  CHECK(w[0].rpc_sync<at::Tensor>("worker2", "rref_sum", r).item<double>() == 3);  // owner 1, user 2
+  r = RRef<at::Tensor>();
+  std::vector<std::future<void>> downs;
+  for (auto& x : w) downs.push_back(std::async(std::launch::async, [&x] { x.shutdown(); }));
+  for (auto& d : downs) {
+    REQUIRE(d.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    d.get();
+  }
+  for (auto& x : w) CHECK(x.rref_debug_info().at("num_owner_rrefs") == 0);
+}
+
+TEST_CASE("a masterless init refuses an incompatible peer, naming it") {
+  auto opts = masterless_options(2);
+  for (auto& o : opts) o.init_timeout = std::chrono::seconds(5);
+  opts[1].autograd_mode = AutogradMode::fast;
+  auto futures = start(opts, 1);
+  std::vector<std::string> errors;
+  for (auto& f : futures) {
+    try {
+      auto w = f.get();
+      w.shutdown(false);
+    } catch (const RpcError& e) {
+      errors.push_back(e.what());
+    }
+  }
+  REQUIRE_FALSE(errors.empty());
+  bool named = false;
+  for (auto& e : errors)
+    named |= e.find("uses autograd mode 'fast', worker 'worker0' uses 'smart'") != std::string::npos ||
+             e.find("uses autograd mode 'smart', worker 'worker1' uses 'fast'") != std::string::npos;
+  INFO(errors.front());
+  CHECK(named);
+}
+
+TEST_CASE("a masterless init names the worker at an address that is not the one the cluster lists") {
+  auto opts = masterless_options(2);
+  for (auto& o : opts) o.init_timeout = std::chrono::seconds(5);
+  std::swap(opts[0].cluster[1].name, opts[0].cluster[0].name);  // worker0 thinks rank 1 is "worker0"
+  opts[0].cluster[0].name = "worker0";
+  opts[0].cluster[1].name = "trainer";
+  auto futures = start(opts, 1);
+  try {
+    futures[0].get();
+    FAIL("worker0 joined a peer that is not the one its cluster lists");
+  } catch (const RpcError& e) {
+    CHECK(std::string(e.what()).find("is 'worker1' (rank 1), the cluster says 'trainer' (rank 1)") != std::string::npos);
+  }
+  try {
+    futures[1].get().shutdown(false);
+  } catch (const RpcError&) {
+    // worker1 loses its peer during init: any error is fine here
+  }
+}
