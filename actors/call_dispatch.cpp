@@ -145,14 +145,14 @@ void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
   if (!accepted) saturated();
 }
 
-void handle_request_impl(worker_pointer self, CallRequest&& req) {
+void handle_request_impl(worker_pointer self, CallRequest&& req, const caf::strong_actor_ptr& sender) {
   auto* rt = self->state.rt;
   rt->counters.received.fetch_add(1, std::memory_order_relaxed);
   rt->counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
   for (auto& a : req.args) {
     auto err = self->state.chunks.resolve(a);
     if (!err.empty()) {
-      make_replier(rt, self->current_sender(), req)(
+      make_replier(rt, sender, req)(
           Outcome::failure(make_error(ErrorKind::Internal, rt->name, "worker " + rt->name + ": " + err)));
       return;
     }
@@ -163,10 +163,10 @@ void handle_request_impl(worker_pointer self, CallRequest&& req) {
     rt->autograd->on_receive(req.autograd, values, req.caller);  // the paired RecvRpcBackward
   }
   if (rt->rrefs && rt->rrefs->wants(req)) {
-    rt->rrefs->handle_request(std::move(req), self->current_sender());
+    rt->rrefs->handle_request(std::move(req), sender);
     return;
   }
-  auto reply = make_replier(rt, self->current_sender(), req);
+  auto reply = make_replier(rt, sender, req);
   execute_request(rt, std::move(req), std::move(reply));
 }
 

@@ -15,8 +15,10 @@
 #include <caf/openssl/publish.hpp>
 #include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
 
 #include "actors/errors.hpp"
+#include "actors/tls.hpp"
 
 namespace castor::detail {
 namespace {
@@ -111,6 +113,13 @@ WorkerOptions resolve_options(WorkerOptions o) {
 
 namespace {
 
+// From here this worker can call every peer; calls that arrived early run
+// now (J3 of Note [Masterless join]).
+void declare_running(Runtime& rt) {
+  rt.state.store(RunState::running);
+  caf::anon_send(rt.actor, running_atom::value);
+}
+
 // Note [Masterless join]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // When every worker's name and address is known up front (a cluster file),
@@ -118,10 +127,20 @@ namespace {
 // checks in with it (join_atom: the peer makes the name store's compatibility
 // checks against its own join data and answers with its record: bulk port,
 // pid); higher ranks connect to it the same way, and once they all have, it
-// checks in with each of them over that link. One connection per pair, opened
-// by the higher rank, as in the master join. A worker that starts late is
+// checks in with each of them over that link. A worker that starts late is
 // waited for up to the init timeout; a wrong name or rank at an address, or
 // an incompatible peer, fails init naming that peer.
+//  J1 One connection per pair, opened by the higher rank, as in the master
+//     join: CAF 0.17 does not merge two connections between the same nodes
+//     opened at once.
+//  J2 The world's names and addresses are in the table before we publish:
+//     a peer that finished its join first may call us at once.
+//  J3 There is no barrier at the end (nobody to hold it), so such a call can
+//     arrive while we still wait for a higher rank. The worker actor holds
+//     calls until init declares us running (declare_running): run earlier,
+//     a call could make a nested call to a peer we do not know yet, and
+//     would be refused as "not running". The master join needs no hold (its
+//     joined_atom barrier), but takes the same path.
 void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline) {
   const auto& cluster = rt.opts.cluster;
   auto n = size_t(rt.opts.world_size);
@@ -147,14 +166,13 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
            "the worker at " + where + " is '" + (reply.workers.empty() ? "?" : reply.workers[0].name) + "' (rank " +
                std::to_string(reply.workers.empty() ? -1 : reply.workers[0].rank) + "), the cluster says '" + m.name +
                "' (rank " + std::to_string(r) + ")");
-    // Names and addresses are in the world table since before publishing
-    // (a peer may call us before our init returns); add what only it knows.
+    // Names and addresses are in the world table already (J2); add what
+    // only the peer knows.
     rt.world[r].bulk_port = reply.workers[0].bulk_port;
     rt.world[r].pid = reply.workers[0].pid;
   };
   // Lower ranks: connect and check in, then register them (they hear hello).
-  // Only one side of a pair connects: CAF 0.17 does not merge two
-  // connections between the same nodes opened at once.
+  // Only one side of a pair connects (J1).
   for (size_t r = 0; r < size_t(rt.rank); ++r) {
     auto h = connect_with_retry(rt, cluster[r].host, cluster[r].port, deadline, "worker " + cluster[r].name);
     check_in(r, h);
@@ -176,7 +194,7 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
          "timed out after " + std::to_string(rt.opts.init_timeout.count()) + " ms waiting for higher ranks to connect");
   // Higher ranks connected to us: check in with them over those links.
   for (size_t r = size_t(rt.rank) + 1; r < n; ++r) check_in(r, rt.peer_handles[r]);
-  rt.state.store(RunState::running);
+  declare_running(rt);
 }
 
 }  // namespace
@@ -188,7 +206,7 @@ void join_world(Runtime& rt) {
   // SO_REUSEADDR on every rank: a fixed port (a cluster file's) must be
   // usable again while the last job's connections on it are in TIME_WAIT;
   // Linux still refuses a second listener on a port that is in use.
-  if (!rt.opts.cluster.empty()) {  // Note [Masterless join]: names known before anyone can call
+  if (!rt.opts.cluster.empty()) {  // J2 of Note [Masterless join]
     if (rt.opts.cluster.size() != size_t(rt.opts.world_size))
       fail(rt.name, ErrorKind::Lookup,
            "the cluster lists " + std::to_string(rt.opts.cluster.size()) + " workers, world_size is " +
@@ -208,6 +226,7 @@ void join_world(Runtime& rt) {
          "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " +
              rt.system->render(published.error()));
   rt.opts.port = *published;
+  if (rt.opts.tls.enabled()) remember_tls_listener(rt.opts.port, rt.name);  // Note [Refused TLS peers]
   if (!rt.opts.cluster.empty()) return join_masterless(rt, deadline);  // Note [Masterless join]
 
   worker_peer master = rt.rank == 0 ? caf::actor_cast<worker_peer>(rt.actor)
@@ -260,7 +279,7 @@ void join_world(Runtime& rt) {
              " ms waiting for higher ranks to connect");
   // From here this worker can call every peer: a call that arrives before
   // init_rpc returns here may already make nested calls.
-  rt.state.store(RunState::running);
+  declare_running(rt);
   bool all_connected = false;
   self->request(master, left_until(deadline), joined_atom::value, rt.rank)
       .receive([&](bool b) { all_connected = b; }, [](caf::error&) {});

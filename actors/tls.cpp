@@ -23,6 +23,8 @@
 //      not sign. These are checked with OpenSSL before anything starts, also
 //      because CAF raises on such errors on its multiplexer thread.
 //  T4. Without TLS, links are plain TCP: castor says so once per process.
+//  T5. A refused handshake is logged by the worker that refused it, naming
+//      the peer's address and OpenSSL's reason: Note [Refused TLS peers].
 #include "actors/tls.hpp"
 
 #include <openssl/err.h>

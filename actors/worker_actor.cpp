@@ -43,7 +43,16 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](CallRequest& req) {
         if (drop_malformed(self, req)) return;
         self->state.rt->stats.count(MessageType::call_request);
-        handle_request_impl(self, std::move(req));
+        if (self->state.rt->state.load() == RunState::starting) {  // J3 of Note [Masterless join]
+          self->state.held_calls.emplace_back(std::move(req), self->current_sender());
+          return;
+        }
+        handle_request_impl(self, std::move(req), self->current_sender());
+      },
+      [self](running_atom) {
+        auto held = std::move(self->state.held_calls);
+        self->state.held_calls.clear();
+        for (auto& [req, sender] : held) handle_request_impl(self, std::move(req), sender);
       },
       [self](CallReply& reply) {
         if (drop_malformed(self, reply)) return;

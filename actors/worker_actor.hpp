@@ -66,6 +66,7 @@ using worker_peer = caf::typed_actor<
 using worker_actor = worker_peer::extend<
     caf::replies_to<peer_atom, WorkerId, worker_peer>::with<bool>,  // init: a connected peer
     caf::replies_to<ready_atom>::with<std::vector<worker_peer>>,    // init: every peer, once known
+    caf::reacts_to<running_atom>,                                   // init: done; run the held calls
     caf::reacts_to<sweep_atom>,                                     // call deadlines are due
     caf::reacts_to<probe_atom>,                                     // start a termination wave (rank 0)
     caf::reacts_to<stop_atom, WorkerId>,                            // a peer lost during shutdown: fail now?

@@ -51,6 +51,10 @@ struct worker_state {
   std::vector<std::optional<PeerSlot>> peers;
   std::unordered_map<caf::actor_addr, WorkerId> rank_by_addr;
   std::vector<caf::typed_response_promise<std::vector<worker_peer>>> ready_waiters;  // init threads
+  // Calls that arrived while our init was still joining (a peer may finish
+  // first and call us); run once init says running_atom. See J3 in
+  // Note [Masterless join].
+  std::vector<std::pair<CallRequest, caf::strong_actor_ptr>> held_calls;  // with whom to answer
 
   ShutdownState shutdown;
 
@@ -66,7 +70,8 @@ void fail_pending_impl(worker_pointer self, const std::function<bool(const Pendi
                        const std::function<ErrorInfo(const PendingCall&)>& why);
 
 // call_dispatch.cpp
-void handle_request_impl(worker_pointer self, CallRequest&& request);
+/// `sender` gets the reply (the peer's actor, or a held call's recorded sender).
+void handle_request_impl(worker_pointer self, CallRequest&& request, const caf::strong_actor_ptr& sender);
 void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk);
 
 // malformed.cpp: drop (and log, naming the peer) a message that arrived

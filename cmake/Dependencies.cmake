@@ -19,5 +19,6 @@ if(NOT TARGET castor_deps)
   # Link order matters: caf_io and caf_openssl before caf_core.
   target_link_libraries(castor_deps INTERFACE
     ${CASTOR_CAF_OPENSSL} ${CASTOR_CAF_IO} ${CASTOR_CAF_CORE}
-    ${TORCH_LIBRARIES} OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB nlohmann_json::nlohmann_json Threads::Threads)
+    ${TORCH_LIBRARIES} OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB nlohmann_json::nlohmann_json Threads::Threads
+    ${CMAKE_DL_LIBS})  # dlsym: Note [Refused TLS peers]
 endif()

@@ -10,6 +10,7 @@ using join_atom = caf::atom_constant<caf::atom("c_join")>;
 using joined_atom = caf::atom_constant<caf::atom("c_joined")>;
 using peer_atom = caf::atom_constant<caf::atom("c_peer")>;
 using ready_atom = caf::atom_constant<caf::atom("c_ready")>;
+using running_atom = caf::atom_constant<caf::atom("c_running")>;
 using sweep_atom = caf::atom_constant<caf::atom("c_sweep")>;
 using probe_atom = caf::atom_constant<caf::atom("c_probe")>;
 using shutdown_atom = caf::atom_constant<caf::atom("c_shutdown")>;

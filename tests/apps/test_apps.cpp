@@ -357,6 +357,10 @@ TEST_CASE("TLS: workers with certificates from the cluster CA run the tour, a st
   // cannot get through to anyone and says so, naming whom it tried.
   CHECK(contains(r.output, "[worker2] error: init_rpc(worker2): cannot reach worker worker0 at 127.0.0.1:"));
   CHECK(contains(r.output, "disconnect_during_handshake"));
+  // ... and the worker it knocked at logs the refusal (Note [Refused TLS peers]).
+  CHECK(contains(r.output, "[worker0] castor[worker0]: refused a TLS connection from 127.0.0.1:"));
+  CHECK(contains(r.output, "only peers with a certificate signed by the cluster CA may connect"));
+  CHECK_FALSE(contains(r.output, "[worker1] castor[worker1]: refused"));  // the stranger never got past worker0
   CHECK(contains(r.output, "castor launch: worker worker2 failed (exit code 1)"));
 }
 

@@ -86,7 +86,7 @@ TEST_CASE("bulk_threshold 0 turns the bulk path off: large tensors go through CA
 TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
   LocalWorld world(2);
   auto port = world[1].runtime().bulk->port();
-  for (const std::string junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string("CSB1\x05\0\0\0", 8),
+  for (const std::string& junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string("CSB1\x05\0\0\0", 8),
                                  std::string("\x43\x53\x42\x31\x00\x00\x00\x00\x04\x00\x00\x00\x09\xff\xff", 15)}) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     REQUIRE(fd >= 0);

@@ -66,6 +66,44 @@ TEST_CASE("a masterless world, rank 0 starting last, runs calls and RRefs and sh
   for (auto& x : w) CHECK(x.rref_debug_info().at("num_owner_rrefs") == 0);
 }
 
+// J3 of Note [Masterless join]: rank 1 starts last, so rank 0's init returns
+// while rank 1 still waits for rank 2 (which backs off between connection
+// attempts to the port that was closed until then). rank 0 calls at once; the
+// call's nested call to worker2 must wait for worker1's init, not fail with
+// "worker worker1 is shut down".
+TEST_CASE("a call that reaches a worker before its masterless init returns waits for it") {
+  auto opts = masterless_options(3);
+  std::vector<std::future<Worker>> f(3);
+  f[0] = std::async(std::launch::async, [o = opts[0]] { return init_rpc(o); });
+  f[2] = std::async(std::launch::async, [o = opts[2]] { return init_rpc(o); });
+  std::this_thread::sleep_for(milliseconds(800));
+  f[1] = std::async(std::launch::async, [o = opts[1]] { return init_rpc(o); });
+  REQUIRE(f[0].wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  auto w0 = f[0].get();
+  at::Tensor y;
+  std::string error;
+  try {
+    y = w0.rpc_sync<at::Tensor>("worker1", "chain", std::vector<std::string>{"worker2", "worker0"}, at::zeros({2}));
+  } catch (const RpcError& e) {
+    error = e.what();  // checked after every worker is up and shut down again
+  }
+  std::vector<Worker> w;
+  w.push_back(std::move(w0));
+  for (size_t r : {size_t(1), size_t(2)}) {
+    REQUIRE(f[r].wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    w.push_back(f[r].get());
+  }
+  std::vector<std::future<void>> downs;
+  for (auto& x : w) downs.push_back(std::async(std::launch::async, [&x] { x.shutdown(); }));
+  for (auto& d : downs) {
+    REQUIRE(d.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+    d.get();
+  }
+  CHECK(error == "");
+  REQUIRE(y.defined());
+  CHECK(at::equal(y, at::full({2}, 3.0)));
+}
+
 TEST_CASE("a masterless init refuses an incompatible peer, naming it") {
   auto opts = masterless_options(2);
   for (auto& o : opts) o.init_timeout = std::chrono::seconds(5);
