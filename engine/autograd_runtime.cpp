@@ -9,6 +9,7 @@
 
 #include "actors/runtime.hpp"
 #include "actors/thread_context.hpp"
+#include "engine/gradient_store.hpp"
 #include "engine/lineage.hpp"
 
 namespace castor::detail {
@@ -39,15 +40,23 @@ context_actor AutogradRuntime::context(ContextId id, bool create) {
   auto it = contexts_.find(id);
   if (it != contexts_.end()) return it->second;
   if (!create || stopped_ || released_.count(id)) return context_actor{};
-  auto actor = spawn_context_actor(*this, id);
+  auto grads = std::make_shared<GradientStore>();
+  auto actor = spawn_context_actor(*this, id, grads);
   // Spawning from a user's thread leaves CAF's logger referenced in that
   // thread's locals, and the actor system's end waits for every such
   // reference: drop ours (CAF's own threads keep theirs).
   if (!on_caf_thread()) caf::logger::set_current_actor_system(nullptr);
   contexts_.emplace(id, actor);
+  gradients_.emplace(id, std::move(grads));
   created_.emplace(id, std::chrono::steady_clock::now());
   counters_.contexts.fetch_add(1);
   return actor;
+}
+
+std::shared_ptr<GradientStore> AutogradRuntime::gradients_of(ContextId id) const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  auto it = gradients_.find(id);
+  return it == gradients_.end() ? nullptr : it->second;
 }
 
 ContextId AutogradRuntime::create_context() {
@@ -59,6 +68,7 @@ ContextId AutogradRuntime::create_context() {
 void AutogradRuntime::forget(ContextId id) {
   std::lock_guard<std::mutex> lock(mtx_);
   if (contexts_.erase(id)) counters_.contexts.fetch_sub(1);
+  gradients_.erase(id);  // S2 of Note [Gradient store]
   created_.erase(id);
   released_.insert(id);
 }

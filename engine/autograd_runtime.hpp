@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -46,6 +47,8 @@ class AutogradRuntime : public AutogradHooks {
 
   /// The actor of context `id` here; created on first use unless released.
   context_actor context(ContextId id, bool create);
+  /// The gradient store of context `id` here; null if there is none.
+  std::shared_ptr<GradientStore> gradients_of(ContextId id) const;
   /// A new context made by this worker (castor::autograd::Context).
   ContextId create_context();
   /// Ends context `id` here (its actor) and forgets it for good.
@@ -62,6 +65,7 @@ class AutogradRuntime : public AutogradHooks {
   AutogradCounters counters_;
   mutable std::mutex mtx_;
   std::unordered_map<ContextId, context_actor> contexts_;
+  std::unordered_map<ContextId, std::shared_ptr<GradientStore>> gradients_;  // Note [Gradient store]
   std::unordered_map<ContextId, std::chrono::steady_clock::time_point> created_;  // inspection
   std::unordered_set<ContextId> released_;  // cleaned up: a late message must not recreate them
   bool stopped_ = false;

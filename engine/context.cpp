@@ -5,6 +5,7 @@
 
 #include "actors/runtime.hpp"
 #include "engine/autograd_runtime.hpp"
+#include "engine/gradient_store.hpp"
 
 namespace castor::autograd {
 namespace {
@@ -78,10 +79,12 @@ void backward(int64_t context_id, const std::vector<at::Tensor>& roots, bool ret
 }
 
 GradientMap get_gradients(Worker& w, int64_t context_id) {
-  auto actor = context_actor_of(w, context_id);
-  Promise<GradientMap> result(detail::CallbackRunner{});
-  caf::anon_send(actor, detail::GetGradients{[result](GradientMap m) { result.try_set_value(std::move(m)); }});
-  return result.future().wait(w.runtime().opts.rpc_timeout);
+  // A copy out of the context's store, no message (Note [Gradient store]).
+  auto store = runtime_of(w).gradients_of(ContextId(uint64_t(context_id)));
+  if (!store)
+    throw AutogradError(ErrorInfo{ErrorKind::Lookup, w.name(),
+                                  "worker " + w.name() + " has no autograd context " + std::to_string(context_id)});
+  return store->snapshot();
 }
 
 GradientMap get_gradients(int64_t context_id) { return get_gradients(current_worker(), context_id); }

@@ -13,6 +13,7 @@
 
 #include "actors/runtime.hpp"
 #include "engine/autograd_runtime.hpp"
+#include "engine/gradient_store.hpp"
 #include "engine/graph_task_actor.hpp"
 #include "engine/lineage.hpp"
 
@@ -51,8 +52,7 @@ struct context_state {
   std::unordered_map<uint64_t, std::shared_ptr<SendRpcBackward>> sends;
   std::unordered_map<uint64_t, std::shared_ptr<RecvRpcBackward>> recvs;
   std::set<WorkerId> peers;
-  // Backward passes: their gradients by leaf identity (leaf, gradient).
-  std::unordered_map<const void*, std::pair<at::Tensor, at::Tensor>> grads;
+  std::shared_ptr<GradientStore> grads;  // filled by our graph tasks (Note [Gradient store])
   graph_task_actor task;        // the pass running here, if any
   bool graph_released = false;  // a pass without retain_graph ran
 };
@@ -115,6 +115,7 @@ void start_root(context_pointer self, StartBackward&& sb) {
   start.timeout = sb.timeout;
   start.core = std::move(core);
   start.on_end = std::move(sb.done);
+  start.grads = st.grads;
   st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
   self->link_to(st.task);
 }
@@ -143,6 +144,7 @@ void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
   start.timeout = std::chrono::milliseconds(ig.grad.timeout_ms);
   start.core = std::move(core);
   start.first = std::move(ig);
+  start.grads = st.grads;
   st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
   self->link_to(st.task);
 }
@@ -185,8 +187,10 @@ void on_control(context_pointer self, ContextControl&& msg) {
   self->quit();
 }
 
-context_actor::behavior_type context_behavior(context_pointer self, AutogradRuntime* ar, ContextId id) {
+context_actor::behavior_type context_behavior(context_pointer self, AutogradRuntime* ar, ContextId id,
+                                              std::shared_ptr<GradientStore> grads) {
   self->state.ar = ar;
+  self->state.grads = std::move(grads);
   self->state.rt = &ar->runtime();
   self->state.id = id;
   return {
@@ -206,18 +210,6 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
       [self](BackwardDone& d) {
         if (self->state.task) self->send(self->state.task, std::move(d));
       },
-      [self](GetGradients& g) {
-        autograd::GradientMap out;
-        for (const auto& [key, lg] : self->state.grads) out.emplace(lg.first, lg.second);
-        g.done(std::move(out));
-      },
-      [self](CapturedGrads& c) {
-        auto& grads = self->state.grads;
-        for (auto& [leaf, g] : c.grads) {
-          auto [it, added] = grads.try_emplace(leaf.unsafeGetTensorImpl(), leaf, g);
-          if (!added) it->second.second = it->second.second + g;  // gradients of several passes add up
-        }
-      },
       [self](TaskEnded& e) { on_task_ended(self, std::move(e)); },
       [self](ContextControl& msg) { on_control(self, std::move(msg)); },
       [self](peer_down_atom, WorkerId w) {
@@ -228,8 +220,8 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
 
 }  // namespace
 
-context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id) {
-  return ar.runtime().system->middleman().spawn_broker(context_behavior, &ar, id);
+context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads) {
+  return ar.runtime().system->middleman().spawn_broker(context_behavior, &ar, id, std::move(grads));
 }
 
 }  // namespace castor::detail

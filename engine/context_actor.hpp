@@ -45,13 +45,6 @@ struct IncomingGrad {
   WorkerId from = -1;
   std::shared_ptr<SendRpcBackward> send;  // looked up by the context
 };
-struct GetGradients {
-  std::function<void(autograd::GradientMap)> done;
-};
-/// Gradients a graph task captured (AccumulateGrad) for the context.
-struct CapturedGrads {
-  std::vector<std::pair<at::Tensor, at::Tensor>> grads;  // (leaf, gradient)
-};
 /// A graph task ended (with its error, if it failed).
 struct TaskEnded {
   std::optional<ErrorInfo> error;
@@ -64,8 +57,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::RegisterSend)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::RegisterRecv)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::StartBackward)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::IncomingGrad)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::GetGradients)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::CapturedGrads)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::TaskEnded)
 
 namespace castor::detail {
@@ -77,14 +68,15 @@ using context_actor = caf::typed_actor<
     caf::reacts_to<StartBackward>,            // backward() here (the root)
     caf::reacts_to<IncomingGrad>,             // a gradient for one of our send functions
     caf::reacts_to<BackwardDone>,             // the answer to a gradient we sent
-    caf::reacts_to<GetGradients>,
-    caf::reacts_to<CapturedGrads>,
     caf::reacts_to<TaskEnded>,
     caf::reacts_to<ContextControl>,           // cleanup or abort, travelling along the peers
     caf::reacts_to<peer_down_atom, WorkerId>>;
 
 class AutogradRuntime;
 
-context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id);
+class GradientStore;
+
+/// `grads` is the context's gradient store (Note [Gradient store]).
+context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads);
 
 }  // namespace castor::detail

@@ -2,6 +2,7 @@
 // nodes, sends gradients on, answers the gradients it received, ends when
 // its part of the pass is done.
 #include "engine/graph_task_actor.hpp"
+#include "engine/gradient_store.hpp"
 
 #include <deque>
 
@@ -171,7 +172,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   auto& st = self->state;
   st.core = std::move(d.core);
   st.last_progress = Clock::now();
-  if (!d.captured.empty()) self->send(st.context, CapturedGrads{std::move(d.captured)});
+  if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // S1
   if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
   for (auto& o : d.outgoing) {
     if (o.to < 0 || size_t(o.to) >= st.rt->peer_handles.size() || st.rt->peer_dead[size_t(o.to)])

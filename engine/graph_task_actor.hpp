@@ -35,6 +35,7 @@ struct TaskStart {
   // First contact: the gradient that started us; answered at the end.
   std::optional<IncomingGrad> first;
   std::vector<uint64_t> participants;  // SMART: passed on with our gradients
+  std::shared_ptr<GradientStore> grads;  // the context's (Note [Gradient store])
 };
 
 }  // namespace castor::detail
