@@ -65,10 +65,20 @@ milliseconds left_until(std::chrono::steady_clock::time_point deadline) {
 worker_peer connect_with_retry(Runtime& rt, const std::string& host, uint16_t port,
                                std::chrono::steady_clock::time_point deadline, const std::string& what) {
   auto pause = milliseconds(20);
+  int refused_handshakes = 0;
   for (;;) {
     auto h = rt.opts.tls.enabled() ? caf::openssl::remote_actor<worker_peer>(*rt.system, host, port)  // Note [TLS]
                                    : rt.system->middleman().remote_actor<worker_peer>(host, port);
     if (h) return *h;
+    // A TLS peer that accepts the connection and then drops the handshake,
+    // again and again, does not accept our certificate (or we not its):
+    // waiting out the init timeout would not change that.
+    refused_handshakes = h.error() == caf::sec::disconnect_during_handshake ? refused_handshakes + 1 : 0;
+    if (rt.opts.tls.enabled() && refused_handshakes >= 3)
+      fail(rt.name, ErrorKind::Unreachable,
+           "cannot reach " + what + " at " + host + ":" + std::to_string(port) + ": the TLS handshake failed " +
+               std::to_string(refused_handshakes) + " times (" + rt.system->render(h.error()) +
+               "); are both certificates signed by the cluster CA?");
     if (std::chrono::steady_clock::now() + pause >= deadline)
       fail(rt.name, ErrorKind::Unreachable,
            "cannot reach " + what + " at " + host + ":" + std::to_string(port) + " within " +

@@ -6,6 +6,8 @@ packages=(
   build-essential cmake ccache pkg-config
   libcaf-dev libcaf-doc           # actors, remoting, TLS (CAF 0.17)
   libtorch-dev                    # tensors, autograd, optimizers (libtorch 1.13)
+  libopenblas0-pthread            # libtorch's BLAS: without it libblas.so.3 is the reference BLAS, and
+                                  # matrix products (sgemm_) take 2/3 of a training run's CPU
   libboost-dev                    # misc utilities
   nlohmann-json3-dev              # cluster files, inspection output
   doctest-dev                     # tests

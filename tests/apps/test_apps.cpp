@@ -357,6 +357,7 @@ TEST_CASE("TLS: workers with certificates from the cluster CA run the tour, a st
   // cannot get through to anyone and says so, naming whom it tried.
   CHECK(contains(r.output, "[worker2] error: init_rpc(worker2): cannot reach worker worker0 at 127.0.0.1:"));
   CHECK(contains(r.output, "disconnect_during_handshake"));
+  CHECK(contains(r.output, "the TLS handshake failed 3 times"));  // at once, not after the init timeout
   // ... and the worker it knocked at logs the refusal (Note [Refused TLS peers]).
   CHECK(contains(r.output, "[worker0] castor[worker0]: refused a TLS connection from 127.0.0.1:"));
   CHECK(contains(r.output, "only peers with a certificate signed by the cluster CA may connect"));
