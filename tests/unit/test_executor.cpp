@@ -67,3 +67,24 @@ TEST_CASE("past the bound, queued work is rejected instead of waiting forever") 
   ex->stop();
   CHECK_FALSE(ex->post([] {}));  // stopped
 }
+
+// Note [Executor sizing] E2: tasks that wait without a BlockingScope (a user
+// function sleeping or waiting on something) get more threads, up to
+// `threads`, even where the pool starts only as many as there are cores.
+TEST_CASE("tasks stuck in user code get more threads, up to the configured number") {
+  constexpr int n = 6;
+  auto ex = std::make_shared<Executor>(Executor::Options{n, 16, "t", {}});
+  std::atomic<int> arrived{0};
+  std::atomic<bool> all_met{false};
+  for (int i = 0; i < n; ++i)
+    ex->post([&] {
+      ++arrived;
+      // Waits (bounded) until every task runs at once: only possible with n threads.
+      for (int k = 0; k < 500 && arrived < n; ++k) std::this_thread::sleep_for(10ms);
+      if (arrived == n) all_met = true;
+    });
+  for (int i = 0; i < 500 && !ex->idle(); ++i) std::this_thread::sleep_for(10ms);
+  CHECK(arrived == n);
+  CHECK(all_met);
+  CHECK(ex->stats().threads <= size_t(n));
+}
