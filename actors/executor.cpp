@@ -4,18 +4,19 @@
 // Note [Executor sizing]
 // ~~~~~~~~~~~~~~~~~~~~~~
 // `threads` (num_worker_threads, 16 as in PyTorch) bounds the runnable
-// threads, but running 16 on two cores only adds context switches: with
-// 20,000 small calls in flight a callee ran 40 k calls/s on 16 threads and
-// 66 k on 2 (castor-bench rpc). So:
-//  E1 A post wakes or starts a thread at once only while fewer than
-//     `eager_` = min(threads, cores) run (threads on their way count too:
-//     coming_).
-//  E2 Beyond that a monitor thread adds one runnable thread per tick (1 ms)
-//     in which queued work waited and no task finished: the running ones
-//     are stuck (a user function that sleeps or waits), not busy.
+// threads.
+//  E1 A post wakes or starts a thread only while fewer than `threads` run
+//     or are on their way to the queue (coming_: notified or just started).
+//     The pool used to notify an idle thread on every post; a flood of
+//     20,000 calls then woke threads that found the queue drained by the
+//     ones already awake. Counting the ones on their way took castor-bench
+//     rpc's rpc_async from 40 k to 64-72 k calls/s.
+//  E2 Waking fewer (as many as cores, more only when no task finished for a
+//     millisecond) was tried and dropped: a 1 MiB echo went from 0.5 to
+//     2.2 ms, as work that waits without a BlockingScope held the few.
 //  E3 A thread blocked in a nested call (BlockingScope) does not count, and
 //     is replaced at once as in E1, so fan-in cannot deadlock.
-//  E4 Threads beyond `eager_` retire after 2 s idle.
+//  E4 Threads beyond `threads` (started for blocked ones) retire after 2 s idle.
 #include "actors/executor.hpp"
 
 #include <algorithm>
@@ -29,14 +30,11 @@ namespace castor::detail {
 namespace {
 thread_local Executor* tl_current = nullptr;
 constexpr auto kSurplusIdle = std::chrono::seconds(2);
-constexpr auto kMonitorTick = std::chrono::milliseconds(1);
 }  // namespace
 
 Executor::Executor(Options opts) : opts_(std::move(opts)) {
   if (opts_.threads == 0) opts_.threads = 1;
   if (opts_.max_threads < opts_.threads) opts_.max_threads = opts_.threads;
-  eager_ = std::min<size_t>(opts_.threads, std::max(1u, std::thread::hardware_concurrency()));
-  if (eager_ < opts_.threads) monitor_ = std::thread([this] { monitor_main(); });
 }
 
 Executor::~Executor() { stop(); }
@@ -58,11 +56,7 @@ bool Executor::post(Task task, Task reject) {
   size_t runnable = threads_ - blocked_;
   if (runnable == 0 && threads_ >= opts_.max_threads) return false;  // saturated
   queue_.push_back(Entry{std::move(task), std::move(reject)});
-  add_runnable_locked(eager_);  // E1
-  if (monitor_parked_) {
-    monitor_parked_ = false;
-    monitor_cv_.notify_one();
-  }
+  add_runnable_locked();  // E1
   return true;
 }
 
@@ -72,28 +66,14 @@ void Executor::spawn_locked() {
   std::thread([this] { thread_main(); }).detach();
 }
 
-// Wakes or starts one thread for queued work if fewer than `limit` would run.
-void Executor::add_runnable_locked(size_t limit) {
-  if (queue_.empty() || running_ - blocked_ + coming_ >= limit) return;
+// Wakes or starts one thread for queued work if fewer than `threads` would run.
+void Executor::add_runnable_locked() {
+  if (queue_.empty() || running_ - blocked_ + coming_ >= opts_.threads) return;
   if (idle_ > coming_) {
     ++coming_;
     work_cv_.notify_one();
   } else if (threads_ < opts_.max_threads) {
     spawn_locked();
-  }
-}
-
-void Executor::monitor_main() {
-  std::unique_lock<std::mutex> lock(mtx_);
-  while (!stopping_) {
-    if (queue_.empty()) {
-      monitor_parked_ = true;
-      monitor_cv_.wait(lock, [&] { return stopping_ || !monitor_parked_; });
-      continue;
-    }
-    auto seen = completed_;
-    monitor_cv_.wait_for(lock, kMonitorTick);
-    if (!stopping_ && completed_ == seen) add_runnable_locked(opts_.threads);  // E2
   }
 }
 
@@ -106,12 +86,12 @@ void Executor::thread_main() {
     if (queue_.empty()) {
       if (stopping_) break;
       ++idle_;
-      bool surplus = threads_ - blocked_ > eager_;  // E4
+      bool surplus = threads_ - blocked_ > opts_.threads;  // E4
       bool woke = surplus ? work_cv_.wait_for(lock, kSurplusIdle, [&] { return !queue_.empty() || stopping_; })
                           : (work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; }), true);
       --idle_;
       if (coming_ > 0) --coming_;
-      if (!woke && threads_ - blocked_ > eager_) break;  // retire a surplus thread
+      if (!woke && threads_ - blocked_ > opts_.threads) break;  // retire a surplus thread
       continue;
     }
     auto task = std::move(queue_.front().run);
@@ -128,7 +108,6 @@ void Executor::thread_main() {
     task = nullptr;  // release captures outside the lock
     lock.lock();
     --running_;
-    ++completed_;
   }
   --threads_;
   tl_current = nullptr;
@@ -139,10 +118,7 @@ void Executor::stop() {
   std::unique_lock<std::mutex> lock(mtx_);
   stopping_ = true;
   work_cv_.notify_all();
-  monitor_cv_.notify_all();
   exit_cv_.wait(lock, [&] { return threads_ == 0; });
-  lock.unlock();
-  if (monitor_.joinable() && monitor_.get_id() != std::this_thread::get_id()) monitor_.join();
 }
 
 void Executor::enter_blocking() {
@@ -151,7 +127,7 @@ void Executor::enter_blocking() {
     std::lock_guard<std::mutex> lock(mtx_);
     ++blocked_;
     // Keep the pool's runnable size while this thread waits, if work is queued (E3).
-    add_runnable_locked(eager_);
+    add_runnable_locked();
     // Saturated: every thread up to the bound now waits, so queued work that
     // can be refused is refused rather than left to wait forever.
     if (threads_ == blocked_ && threads_ >= opts_.max_threads) {

@@ -11,7 +11,6 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 
 namespace castor::detail {
 
@@ -20,7 +19,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   using Task = std::function<void()>;
 
   struct Options {
-    size_t threads = 16;       // runnable threads at most (Note [Executor sizing])
+    size_t threads = 16;       // runnable threads the pool aims for (Note [Executor sizing])
     size_t max_threads = 256;  // hard bound, blocked threads included
     std::string name = "castor";
     std::function<void()> on_thread_start;  // e.g. sets current_worker()
@@ -72,9 +71,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
 
  private:
   void spawn_locked();
-  void add_runnable_locked(size_t limit);
+  void add_runnable_locked();
   void thread_main();
-  void monitor_main();
   void enter_blocking();
   void leave_blocking();
 
@@ -91,13 +89,8 @@ class Executor : public std::enable_shared_from_this<Executor> {
   size_t idle_ = 0;     // waiting for work
   size_t blocked_ = 0;  // inside a BlockingScope
   size_t running_ = 0;  // executing a task (blocked ones included)
-  size_t coming_ = 0;   // woken or started, not yet running a task
-  size_t eager_ = 1;    // runnable threads started at once: min(threads, cores)
-  uint64_t completed_ = 0;  // tasks finished: the monitor's sign of progress
+  size_t coming_ = 0;   // woken or started, not yet running a task (E1)
   bool stopping_ = false;
-  bool monitor_parked_ = false;  // nothing queued: the monitor waits for a post
-  std::condition_variable monitor_cv_;
-  std::thread monitor_;
 };
 
 }  // namespace castor::detail

@@ -123,6 +123,30 @@ WorkerOptions resolve_options(WorkerOptions o) {
 
 namespace {
 
+// Hands a connected lower rank to the worker actor (which says hello to it).
+void register_peer(Runtime& rt, caf::scoped_actor& self, WorkerId r, const worker_peer& h, const std::string& name,
+                   std::chrono::steady_clock::time_point deadline) {
+  bool ok = false;
+  self->request(rt.actor, left_until(deadline), peer_atom::value, r, h)
+      .receive([&](bool b) { ok = b; }, [](caf::error&) {});
+  if (!ok) fail(rt.name, ErrorKind::Internal, "could not register peer " + name);
+}
+
+// Waits until every higher rank has connected to us; fills rt.peer_handles.
+void await_higher_ranks(Runtime& rt, caf::scoped_actor& self, std::chrono::steady_clock::time_point deadline) {
+  bool ready = false;
+  self->request(rt.actor, left_until(deadline), ready_atom::value)
+      .receive(
+          [&](std::vector<worker_peer>& peers) {
+            rt.peer_handles = std::move(peers);
+            ready = true;
+          },
+          [](caf::error&) {});
+  if (!ready)
+    fail(rt.name, ErrorKind::Timeout,
+         "timed out after " + std::to_string(rt.opts.init_timeout.count()) + " ms waiting for higher ranks to connect");
+}
+
 // From here this worker can call every peer; calls that arrived early run
 // now (J3 of Note [Masterless join]).
 void declare_running(Runtime& rt) {
@@ -186,22 +210,9 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
   for (size_t r = 0; r < size_t(rt.rank); ++r) {
     auto h = connect_with_retry(rt, cluster[r].host, cluster[r].port, deadline, "worker " + cluster[r].name);
     check_in(r, h);
-    bool ok = false;
-    self->request(rt.actor, left_until(deadline), peer_atom::value, WorkerId(r), h)
-        .receive([&](bool b) { ok = b; }, [](caf::error&) {});
-    if (!ok) fail(rt.name, ErrorKind::Internal, "could not register peer " + cluster[r].name);
+    register_peer(rt, self, WorkerId(r), h, cluster[r].name, deadline);
   }
-  bool ready = false;
-  self->request(rt.actor, left_until(deadline), ready_atom::value)
-      .receive(
-          [&](std::vector<worker_peer>& peers) {
-            rt.peer_handles = std::move(peers);
-            ready = true;
-          },
-          [](caf::error&) {});
-  if (!ready)
-    fail(rt.name, ErrorKind::Timeout,
-         "timed out after " + std::to_string(rt.opts.init_timeout.count()) + " ms waiting for higher ranks to connect");
+  await_higher_ranks(rt, self, deadline);
   // Higher ranks connected to us: check in with them over those links.
   for (size_t r = size_t(rt.rank) + 1; r < n; ++r) check_in(r, rt.peer_handles[r]);
   declare_running(rt);
@@ -270,23 +281,9 @@ void join_world(Runtime& rt) {
   for (WorkerId r = 0; r < rt.rank; ++r) {
     const auto& rec = rt.world[size_t(r)];
     auto h = r == 0 ? master : connect_with_retry(rt, rec.host, rec.port, deadline, "worker " + rec.name);
-    bool ok = false;
-    self->request(rt.actor, left_until(deadline), peer_atom::value, r, h)
-        .receive([&](bool b) { ok = b; }, [](caf::error&) {});
-    if (!ok) fail(rt.name, ErrorKind::Internal, "could not register peer " + rec.name);
+    register_peer(rt, self, r, h, rec.name, deadline);
   }
-  bool ready = false;
-  self->request(rt.actor, left_until(deadline), ready_atom::value)
-      .receive(
-          [&](std::vector<worker_peer>& peers) {
-            rt.peer_handles = std::move(peers);
-            ready = true;
-          },
-          [](caf::error&) {});
-  if (!ready)
-    fail(rt.name, ErrorKind::Timeout,
-         "timed out after " + std::to_string(rt.opts.init_timeout.count()) +
-             " ms waiting for higher ranks to connect");
+  await_higher_ranks(rt, self, deadline);
   // From here this worker can call every peer: a call that arrives before
   // init_rpc returns here may already make nested calls.
   declare_running(rt);

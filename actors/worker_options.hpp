@@ -65,8 +65,7 @@ struct WorkerOptions {
   std::chrono::milliseconds rpc_timeout{60000};   // default for every call
   std::chrono::milliseconds init_timeout{60000};  // until every rank has joined
 
-  size_t num_worker_threads = 16;   // runnable executor threads at most; as many as cores start
-                                    // at once, more when running ones are stuck (Note [Executor sizing])
+  size_t num_worker_threads = 16;   // runnable executor threads
   size_t max_worker_threads = 256;  // bound including threads blocked in nested calls
 
   /// libtorch intra-op threads; 0 = the cores shared among this host's workers.

@@ -68,9 +68,9 @@ TEST_CASE("past the bound, queued work is rejected instead of waiting forever") 
   CHECK_FALSE(ex->post([] {}));  // stopped
 }
 
-// Note [Executor sizing] E2: tasks that wait without a BlockingScope (a user
-// function sleeping or waiting on something) get more threads, up to
-// `threads`, even where the pool starts only as many as there are cores.
+// Note [Executor sizing] E1/E2: tasks that wait without a BlockingScope (a
+// user function sleeping or waiting on something) still get `threads`
+// threads, however many cores there are.
 TEST_CASE("tasks stuck in user code get more threads, up to the configured number") {
   constexpr int n = 6;
   auto ex = std::make_shared<Executor>(Executor::Options{n, 16, "t", {}});
