@@ -19,7 +19,6 @@
 //  E4 Threads beyond `threads` (started for blocked ones) retire after 2 s idle.
 #include "actors/executor.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
