@@ -7,13 +7,15 @@
 // threads.
 //  E1 A post wakes or starts a thread only while fewer than `threads` run
 //     or are on their way to the queue (coming_: notified or just started).
-//     The pool used to notify an idle thread on every post; a flood of
-//     20,000 calls then woke threads that found the queue drained by the
-//     ones already awake. Counting the ones on their way took castor-bench
-//     rpc's rpc_async from 40 k to 64-72 k calls/s.
-//  E2 Waking fewer (as many as cores, more only when no task finished for a
-//     millisecond) was tried and dropped: a 1 MiB echo went from 0.5 to
-//     2.2 ms, as work that waits without a BlockingScope held the few.
+//     The pool used to notify an idle thread on every post, also while
+//     earlier notified ones had not yet woken. (A first version waited with
+//     a predicate, so a notified thread that found the queue drained kept
+//     waiting with its count never taken back; the pool then stopped
+//     waking threads. Its rpc_async figure, 64-72 k calls/s, was that bug
+//     limiting the threads; fixed, it is 39 k as before.)
+//  E2 Fewer runnable threads than 16 on two cores do help a flood of small
+//     calls (66 k calls/s with 2); doing that without starving work that
+//     waits outside a BlockingScope is still to do.
 //  E3 A thread blocked in a nested call (BlockingScope) does not count, and
 //     is replaced at once as in E1, so fan-in cannot deadlock.
 //  E4 Threads beyond `threads` (started for blocked ones) retire after 2 s idle.
@@ -86,11 +88,17 @@ void Executor::thread_main() {
       if (stopping_) break;
       ++idle_;
       bool surplus = threads_ - blocked_ > opts_.threads;  // E4
-      bool woke = surplus ? work_cv_.wait_for(lock, kSurplusIdle, [&] { return !queue_.empty() || stopping_; })
-                          : (work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; }), true);
+      // No predicate wait: a notified thread that finds the queue drained by
+      // another must still leave the wait, or its coming_ count would stay
+      // forever and the pool would stop waking threads (E1).
+      bool timed_out = false;
+      if (surplus)
+        timed_out = work_cv_.wait_for(lock, kSurplusIdle) == std::cv_status::timeout;
+      else
+        work_cv_.wait(lock);
       --idle_;
       if (coming_ > 0) --coming_;
-      if (!woke && threads_ - blocked_ > opts_.threads) break;  // retire a surplus thread
+      if (timed_out && queue_.empty() && threads_ - blocked_ > opts_.threads) break;  // retire a surplus thread
       continue;
     }
     auto task = std::move(queue_.front().run);
