@@ -13,14 +13,21 @@
 //     waiting with its count never taken back; the pool then stopped
 //     waking threads. Its rpc_async figure, 64-72 k calls/s, was that bug
 //     limiting the threads; fixed, it is 39 k as before.)
-//  E2 Fewer runnable threads than 16 on two cores do help a flood of small
-//     calls (66 k calls/s with 2); doing that without starving work that
-//     waits outside a BlockingScope is still to do.
+//  E2 Only `eager_threads` (the cores) run at once while their tasks make
+//     progress: a flood of small calls on two cores ran at 39 k calls/s
+//     with 16 runnable threads, most of the time lost to the kernel
+//     switching between them. A monitor thread, awake only while work
+//     waits for a thread, raises the limit by one each millisecond in which
+//     no task finished, up to `threads`: tasks stuck in user code (a sleep,
+//     a lock, a wait outside a BlockingScope) still get threads, as they
+//     did with 16, one millisecond later. Once the queue drains the limit
+//     falls back to what is in use, but not below the eager size.
 //  E3 A thread blocked in a nested call (BlockingScope) does not count, and
 //     is replaced at once as in E1, so fan-in cannot deadlock.
 //  E4 Threads beyond `threads` (started for blocked ones) retire after 2 s idle.
 #include "actors/executor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -31,11 +38,15 @@ namespace castor::detail {
 namespace {
 thread_local Executor* tl_current = nullptr;
 constexpr auto kSurplusIdle = std::chrono::seconds(2);
+constexpr auto kStallTick = std::chrono::milliseconds(1);  // E2
 }  // namespace
 
 Executor::Executor(Options opts) : opts_(std::move(opts)) {
   if (opts_.threads == 0) opts_.threads = 1;
   if (opts_.max_threads < opts_.threads) opts_.max_threads = opts_.threads;
+  if (opts_.eager_threads == 0) opts_.eager_threads = std::max(1u, std::thread::hardware_concurrency());
+  opts_.eager_threads = std::min(opts_.eager_threads, opts_.threads);
+  limit_ = opts_.eager_threads;
 }
 
 Executor::~Executor() { stop(); }
@@ -58,7 +69,40 @@ bool Executor::post(Task task, Task reject) {
   if (runnable == 0 && threads_ >= opts_.max_threads) return false;  // saturated
   queue_.push_back(Entry{std::move(task), std::move(reject)});
   add_runnable_locked();  // E1
+  watch_for_stall_locked();
   return true;
+}
+
+// Work waits for a thread it may not get yet: the monitor watches (E2).
+void Executor::watch_for_stall_locked() {
+  if (limit_ >= opts_.threads || !saturated_locked()) return;
+  if (!monitor_.joinable())
+    monitor_ = std::thread([this] { monitor_main(); });
+  else if (monitor_waiting_)
+    monitor_cv_.notify_one();
+}
+
+// Work waits and every allowed thread is taken (E2).
+bool Executor::saturated_locked() const {
+  return !queue_.empty() && running_ - blocked_ + coming_ >= limit_;
+}
+
+void Executor::monitor_main() {
+  std::unique_lock<std::mutex> lock(mtx_);
+  while (!stopping_) {
+    if (!saturated_locked() || limit_ >= opts_.threads) {
+      monitor_waiting_ = true;
+      monitor_cv_.wait(lock);
+      monitor_waiting_ = false;
+      continue;
+    }
+    size_t seen = finished_;
+    monitor_cv_.wait_for(lock, kStallTick);
+    if (!stopping_ && finished_ == seen && saturated_locked() && limit_ < opts_.threads) {
+      ++limit_;  // a millisecond without progress: the running tasks are stuck
+      add_runnable_locked();
+    }
+  }
 }
 
 void Executor::spawn_locked() {
@@ -69,7 +113,7 @@ void Executor::spawn_locked() {
 
 // Wakes or starts one thread for queued work if fewer than `threads` would run.
 void Executor::add_runnable_locked() {
-  if (queue_.empty() || running_ - blocked_ + coming_ >= opts_.threads) return;
+  if (queue_.empty() || running_ - blocked_ + coming_ >= limit_) return;
   if (idle_ > coming_) {
     ++coming_;
     work_cv_.notify_one();
@@ -86,6 +130,7 @@ void Executor::thread_main() {
   for (;;) {
     if (queue_.empty()) {
       if (stopping_) break;
+      limit_ = std::max(opts_.eager_threads, running_ - blocked_ + coming_);  // E2: stall over
       ++idle_;
       bool surplus = threads_ - blocked_ > opts_.threads;  // E4
       // No predicate wait: a notified thread that finds the queue drained by
@@ -115,6 +160,7 @@ void Executor::thread_main() {
     task = nullptr;  // release captures outside the lock
     lock.lock();
     --running_;
+    ++finished_;
   }
   --threads_;
   tl_current = nullptr;
@@ -125,7 +171,11 @@ void Executor::stop() {
   std::unique_lock<std::mutex> lock(mtx_);
   stopping_ = true;
   work_cv_.notify_all();
+  monitor_cv_.notify_all();
   exit_cv_.wait(lock, [&] { return threads_ == 0; });
+  std::thread monitor = std::move(monitor_);
+  lock.unlock();
+  if (monitor.joinable()) monitor.join();
 }
 
 void Executor::enter_blocking() {
@@ -154,6 +204,7 @@ void Executor::enter_blocking() {
 void Executor::leave_blocking() {
   std::lock_guard<std::mutex> lock(mtx_);
   --blocked_;
+  watch_for_stall_locked();  // it runs again, and may be the one that stalls
 }
 
 Executor::BlockingScope::BlockingScope() : pool_(tl_current) {
@@ -166,7 +217,7 @@ Executor::BlockingScope::~BlockingScope() {
 
 Executor::Stats Executor::stats() const {
   std::lock_guard<std::mutex> lock(mtx_);
-  return Stats{threads_, idle_, blocked_, running_, queue_.size()};
+  return Stats{threads_, idle_, blocked_, running_, queue_.size(), limit_};
 }
 
 bool Executor::idle() const {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace castor::detail {
 
@@ -19,10 +20,11 @@ class Executor : public std::enable_shared_from_this<Executor> {
   using Task = std::function<void()>;
 
   struct Options {
-    size_t threads = 16;       // runnable threads the pool aims for (Note [Executor sizing])
+    size_t threads = 16;       // most runnable threads (Note [Executor sizing])
     size_t max_threads = 256;  // hard bound, blocked threads included
     std::string name = "castor";
     std::function<void()> on_thread_start;  // e.g. sets current_worker()
+    size_t eager_threads = 0;  // runnable threads while tasks progress; 0 = the cores (E2)
   };
 
   explicit Executor(Options opts);
@@ -61,6 +63,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
 
   struct Stats {
     size_t threads = 0, idle = 0, blocked = 0, running = 0, queued = 0;
+    size_t runnable_limit = 0;  // E2: eager_threads, raised while tasks stall
   };
   Stats stats() const;
 
@@ -75,6 +78,9 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void thread_main();
   void enter_blocking();
   void leave_blocking();
+  void monitor_main();
+  bool saturated_locked() const;
+  void watch_for_stall_locked();
 
   Options opts_;
   mutable std::mutex mtx_;
@@ -90,7 +96,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
   size_t blocked_ = 0;  // inside a BlockingScope
   size_t running_ = 0;  // executing a task (blocked ones included)
   size_t coming_ = 0;   // woken or started, not yet running a task (E1)
+  size_t limit_ = 0;    // runnable threads wanted now (E2)
+  size_t finished_ = 0; // tasks completed, the monitor's sign of progress (E2)
   bool stopping_ = false;
+  bool monitor_waiting_ = false;
+  std::condition_variable monitor_cv_;
+  std::thread monitor_;  // started on the first saturation (E2)
 };
 
 }  // namespace castor::detail
