@@ -129,6 +129,7 @@ void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
     caf::anon_send(actor, IncomingGrad{std::move(grad), from, nullptr});
     return;
   }
+  if (grad.request == 0) return;  // wants no answer (C3 of Note [FAST mode])
   BackwardDone done;
   done.context = grad.context;
   done.request = grad.request;

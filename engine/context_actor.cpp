@@ -66,6 +66,7 @@ void send_to_peer(Runtime* rt, WorkerId to, const ContextControl& msg) {
 }
 
 void answer(Runtime* rt, const IncomingGrad& ig, std::optional<ErrorInfo> error) {
+  if (ig.grad.request == 0) return;  // C2 of Note [FAST mode]: it wants no answer
   BackwardDone done;
   done.context = ig.grad.context;
   done.request = ig.grad.request;
@@ -132,6 +133,7 @@ void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
     self->send(st.task, std::move(ig));  // a later gradient of the running pass
     return;
   }
+  if (ig.grad.request == 0) return;  // C3 of Note [FAST mode]: its pass ended here
   // The first gradient of a pass to reach this worker starts its part.
   if (auto why = refuse_pass(self)) return answer(st.rt, ig, context_error(self, *why));
   auto core = std::make_shared<GraphTaskCore>(ig.grad.retain_graph);

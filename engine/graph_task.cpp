@@ -6,7 +6,15 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 
+#include <chrono>
+#include <mutex>
 #include <stdexcept>
+#include <string_view>
+#include <typeindex>
+#include <typeinfo>
+#include <unordered_set>
+
+#include <c10/util/accumulate.h>
 
 namespace castor::detail {
 
@@ -78,9 +86,83 @@ std::vector<AutogradMessageId> GraphTaskCore::waiting_sends() const {
   return out;
 }
 
-void GraphTaskCore::run(std::vector<OutgoingGrad>& out) {
+// Note [Light nodes]
+// ~~~~~~~~~~~~~~~~~~
+// A drain handed to an executor thread costs two thread hand-offs (to the
+// thread and back to the graph task actor); a 1-hop pass has three drains,
+// and on two cores each hand-off costs tens of microseconds, more than the
+// nodes themselves. So the graph task actor runs light nodes itself, on the
+// I/O thread, and hands only the rest to the executor. A node is light when
+//  L1 it is castor's SendRpcBackward or RecvRpcBackward (they only move
+//     gradients), or an AccumulateGrad whose leaf has no hooks (captured into
+//     the context, no arithmetic); or
+//  L2 it is one of libtorch's generated backward functions (never user code:
+//     not a custom Function, which may block or take long), on the CPU, with
+//     at most kLightElements gradient elements coming in (and going to
+//     leaves, whose sizes are known), so that it takes microseconds; and
+//  L3 no user hook is registered on it (hooks are user code, of any cost).
+// User code therefore never runs on the I/O thread. libtorch 1.13 hides the
+// shapes a node's outputs will have, so L2 cannot see a small gradient that
+// makes a big one (an index into a large tensor, a product over a long inner
+// dimension); such a node, once it ran longer than kLightBudget, makes its
+// type heavy for the rest of the process (L4), so the I/O thread pays for it
+// at most once per type.
+namespace {
+constexpr int64_t kLightElements = 4096;
+constexpr auto kLightBudget = std::chrono::microseconds(200);
+
+bool is_generated_backward(const Node& fn) {
+  // libtorch's derivatives.yaml functions live in torch::autograd::generated.
+  static const std::string prefix = "N5torch8autograd9generated";
+  return std::string_view(typeid(fn).name()).substr(0, prefix.size()) == prefix;
+}
+
+// L4: node types that proved slow, for the whole process.
+std::mutex heavy_mtx;
+std::unordered_set<std::type_index> heavy_types;
+
+bool proved_heavy(const Node& fn) {
+  std::lock_guard<std::mutex> lock(heavy_mtx);
+  return heavy_types.count(std::type_index(typeid(fn))) > 0;
+}
+
+void note_duration(const Node& fn, std::chrono::steady_clock::duration took) {
+  if (took <= kLightBudget) return;
+  std::lock_guard<std::mutex> lock(heavy_mtx);
+  heavy_types.insert(std::type_index(typeid(fn)));
+}
+
+int64_t numel_of(const Edge& next) {
+  if (auto* acc = dynamic_cast<AccumulateGrad*>(next.function.get())) return acc->variable.numel();
+  return 0;  // unknown (see L4)
+}
+}  // namespace
+
+bool GraphTaskCore::is_light(Node* fn) const {
+  if (!fn->pre_hooks().empty() || !fn->post_hooks().empty()) return false;  // L3
+  if (dynamic_cast<SendRpcBackward*>(fn) || dynamic_cast<RecvRpcBackward*>(fn)) return true;  // L1
+  if (auto* acc = dynamic_cast<AccumulateGrad*>(fn)) return torch::autograd::impl::hooks(acc->variable).empty();
+  if (!is_generated_backward(*fn) || proved_heavy(*fn)) return false;  // L2, L4
+  int64_t elements = 0;
+  if (auto it = buffers_.find(fn); it != buffers_.end())
+    for (const auto& g : it->second)
+      if (g.defined()) {
+        if (!g.device().is_cpu()) return false;
+        elements += g.numel();
+      }
+  for (const auto& next : fn->next_edges()) {
+    if (!next.function) continue;
+    if (!next.function->input_metadata(next.input_nr).device().is_cpu()) return false;
+    elements += numel_of(next);
+  }
+  return elements <= kLightElements;
+}
+
+void GraphTaskCore::run(std::vector<OutgoingGrad>& out, bool light_only) {
   while (!ready_.empty()) {
     auto* fn = ready_.front();
+    if (light_only && !is_light(fn)) return;
+    auto started = light_only ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point{};
     ready_.pop_front();
     std::vector<at::Tensor> inputs;
     auto it = buffers_.find(fn);
@@ -91,6 +173,7 @@ void GraphTaskCore::run(std::vector<OutgoingGrad>& out) {
     inputs.resize(fn->num_inputs());
     ++executed_;
     execute(fn, std::move(inputs), out);
+    if (light_only) note_duration(*fn, std::chrono::steady_clock::now() - started);  // L4
   }
 }
 

@@ -45,9 +45,13 @@ class GraphTaskCore {
 
   /// Executes ready nodes until none is left; gradients for other workers go
   /// to `out`. Throws what a node throws (with the node's name prefixed).
-  void run(std::vector<OutgoingGrad>& out);
+  /// With `light_only`, stops before the first node that is not light.
+  void run(std::vector<OutgoingGrad>& out, bool light_only = false);
 
   bool has_ready() const { return !ready_.empty(); }
+  /// The next ready node is light: castor's own, or libtorch's on small
+  /// tensors without user hooks (Note [Light nodes]).
+  bool next_is_light() const { return !ready_.empty() && is_light(ready_.front()); }
   /// Every node of the pass ran.
   bool finished() const { return executed_ == nodes_.size(); }
   /// The send functions of this pass still waiting for their gradient.
@@ -61,6 +65,7 @@ class GraphTaskCore {
   void add_input(torch::autograd::Node* fn, uint32_t input_nr, at::Tensor grad);
   void execute(torch::autograd::Node* fn, std::vector<at::Tensor> inputs, std::vector<OutgoingGrad>& out);
   void validate_outputs(torch::autograd::Node* fn, std::vector<at::Tensor>& outputs);
+  bool is_light(torch::autograd::Node* fn) const;
 
   bool retain_graph_;
   std::vector<std::pair<at::Tensor, at::Tensor>> captured_;

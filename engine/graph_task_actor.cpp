@@ -38,9 +38,29 @@ namespace castor::detail {
 // a gradient leaves its graph task waiting: the watchdog fails the pass after
 // its timeout, naming the send (SMART mode does not wait for such sends).
 //
+// The last word goes with the gradients. Most parts end by sending their
+// gradients back to the worker that started them (a forward call's result
+// flows back to the caller), which would then cost two more one-way
+// messages: the parent's answer, then our own answer to the parent.
+//  C1 A part whose last drain leaves it finished, with no request of its
+//     own outstanding and every outgoing gradient bound for its parent (the
+//     sender of its first gradient), sends them with `completes` = the
+//     parent's request and `request` = 0 (no answer wanted), and ends at
+//     once. Its part is done but for those gradients, which the parent
+//     runs in its own graph task.
+//  C2 The parent takes such a gradient as the answer to its request (the
+//     child's part is done) and runs it as its own work: its completion
+//     waits for it as for any node of its own, and if it fails, the parent's
+//     pass fails, which is where the child's answer would have taken the
+//     error anyway. It never answers it.
+//  C3 A gradient that wants no answer and finds no running pass (the parent
+//     failed meanwhile) is dropped: nobody waits for it, and it must not
+//     start a pass of its own.
+//
 // Nodes run on executor threads, one drain at a time per task: the core is
 // handed to one thread, which runs ready nodes until none is left; gradients
-// arriving meanwhile wait in the actor's mailbox.
+// arriving meanwhile wait in the actor's mailbox. Light nodes (castor's own,
+// small built-in ones) the actor runs itself (Note [Light nodes]).
 
 namespace {
 
@@ -68,6 +88,7 @@ struct task_state {
   uint64_t next_request = 1;
   Clock::time_point last_progress = Clock::now();
   bool ended = false;
+  bool watchdog_armed = false;  // a sweep is scheduled (W1)
 };
 
 using task_pointer = caf::stateful_actor<task_state, task_broker>*;
@@ -81,6 +102,7 @@ std::vector<at::Tensor> tensors_of(std::vector<Value>&& values) {
 
 void answer(task_pointer self, const IncomingGrad& ig, const std::optional<ErrorInfo>& error) {
   auto* rt = self->state.rt;
+  if (ig.grad.request == 0) return;  // C2: it wants no answer
   BackwardDone done;
   done.context = ig.grad.context;
   done.request = ig.grad.request;
@@ -112,10 +134,33 @@ ErrorInfo task_error(task_pointer self, ErrorKind kind, const std::string& why) 
                                         std::to_string(self->state.start.context.as_int()) + " failed: " + why);
 }
 
+void arm_watchdog(task_pointer self);
+
 void check_end(task_pointer self) {
   auto& st = self->state;
   if (st.ended || !st.core || st.core->has_ready() || !st.outstanding.empty()) return;
-  if (st.core->finished()) finish(self, std::nullopt);
+  if (st.core->finished()) return finish(self, std::nullopt);
+  arm_watchdog(self);  // W1: waiting for gradients that only peers can send
+}
+
+void on_drain_done(task_pointer self, DrainDone&& d);
+
+// Runs the light nodes at the front of the ready queue on this actor's own
+// thread, without a hand-off (Note [Light nodes]).
+void drain_here(task_pointer self) {
+  auto& st = self->state;
+  DrainDone d;
+  {
+    ContextScope scope(st.ar, st.start.context);
+    try {
+      st.core->run(d.outgoing, /*light_only=*/true);
+    } catch (const std::exception& e) {
+      d.error = e.what();
+    }
+  }
+  d.captured = st.core->take_captured();
+  d.core = std::move(st.core);
+  on_drain_done(self, std::move(d));
 }
 
 void drain(task_pointer self) {
@@ -127,6 +172,7 @@ void drain(task_pointer self) {
     check_end(self);
     return;
   }
+  if (st.core->next_is_light()) return drain_here(self);
   auto core = std::move(st.core);
   auto me = caf::actor_cast<graph_task_actor>(self);
   auto* ar = st.ar;
@@ -158,14 +204,30 @@ void accept_later_grad(task_pointer self, IncomingGrad&& ig) {
     return;
   }
   if (!st.core->add_send_grads(ig.send, tensors_of(std::move(ig.grad.grads)))) {
-    answer(self, ig,
-           task_error(self, ErrorKind::Autograd,
-                      "send function " + std::to_string(ig.grad.send.as_int()) + " got a second gradient or is not part of the pass"));
+    auto error = task_error(self, ErrorKind::Autograd,
+                            "send function " + std::to_string(ig.grad.send.as_int()) +
+                                " got a second gradient or is not part of the pass");
+    if (ig.grad.request == 0) return finish(self, std::move(error));  // C2: its sender ended, we carry the error
+    answer(self, ig, error);
     return;
   }
-  st.answer_after.push_back(std::move(ig));
+  if (ig.grad.completes != 0) {  // C2: the sender's part is done
+    auto it = st.outstanding.find(ig.grad.completes);
+    if (it != st.outstanding.end() && it->second == ig.from) st.outstanding.erase(it);
+  }
+  if (ig.grad.request != 0) st.answer_after.push_back(std::move(ig));
   st.last_progress = Clock::now();
   drain(self);
+}
+
+// C1: this drain ends our part, and all it sends goes to our parent.
+bool hands_back_last_word(task_pointer self, const std::vector<OutgoingGrad>& outgoing) {
+  auto& st = self->state;
+  if (!st.start.first || st.start.first->grad.request == 0 || outgoing.empty()) return false;
+  if (!st.outstanding.empty() || !st.queued.empty() || st.core->has_ready() || !st.core->finished()) return false;
+  for (const auto& o : outgoing)
+    if (o.to != st.start.first->from) return false;
+  return true;
 }
 
 void on_drain_done(task_pointer self, DrainDone&& d) {
@@ -174,6 +236,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   st.last_progress = Clock::now();
   if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // S1
   if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
+  bool last_word = hands_back_last_word(self, d.outgoing);  // C1
   for (auto& o : d.outgoing) {
     if (o.to < 0 || size_t(o.to) >= st.rt->peer_handles.size() || st.rt->peer_dead[size_t(o.to)])
       return finish(self, task_error(self, ErrorKind::Unreachable,
@@ -182,14 +245,22 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     g.context = st.start.context;
     g.send = o.send;
     g.from = st.rt->rank;
-    g.request = st.next_request++;
+    if (last_word) {
+      g.completes = st.start.first->grad.request;
+    } else {
+      g.request = st.next_request++;
+      st.outstanding.emplace(g.request, o.to);
+    }
     g.retain_graph = st.start.retain_graph;
     g.timeout_ms = st.start.timeout.count();
     g.participants = st.start.participants;
     for (auto& t : o.grads) g.grads.push_back(t.defined() ? Value(std::move(t)) : Value());
-    st.outstanding.emplace(g.request, o.to);
     st.rt->counters.sent.fetch_add(1);
     caf::anon_send(st.rt->peer_handles[size_t(o.to)], std::move(g));
+  }
+  if (last_word) {
+    st.start.first.reset();  // answered by the gradients just sent
+    return finish(self, std::nullopt);
   }
   for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
   st.answer_after.clear();
@@ -199,12 +270,34 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   drain(self);
 }
 
+// Note [Graph task watchdog]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~
+//  W1 A task is stalled when it has no ready node, no request of its own
+//     outstanding, and nodes still to run: it waits for gradients only
+//     peers can send. Only then is a sweep scheduled. (A timer per task,
+//     armed at its start, cost each pass two wake-ups of CAF's clock thread
+//     per worker, a fifth of a 1-hop pass on two cores.)
+//  W2 A sweep fails the pass once it has been stalled, without progress,
+//     for the pass's timeout; while it stays stalled the sweep re-arms.
+//     Outstanding requests are covered by the peer's own watchdog and by
+//     peer_down, not here.
+void arm_watchdog(task_pointer self) {
+  auto& st = self->state;
+  if (st.watchdog_armed || st.ended) return;
+  st.watchdog_armed = true;
+  auto limit = st.start.timeout;
+  auto tick = std::max(std::chrono::milliseconds(10), std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000)));
+  self->delayed_send(self, tick, sweep_atom::value);
+}
+
 void watchdog(task_pointer self) {
   auto& st = self->state;
+  st.watchdog_armed = false;
   if (st.ended) return;
   auto limit = st.start.timeout;
   bool stalled = st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
-  if (stalled && Clock::now() - st.last_progress >= limit) {
+  if (!stalled) return;  // W1: re-armed when it stalls again
+  if (Clock::now() - st.last_progress >= limit) {
     std::string ids;
     for (auto id : st.core->waiting_sends()) ids += (ids.empty() ? "" : ", ") + std::to_string(id.as_int());
     auto hint = st.ar->mode() == AutogradMode::fast
@@ -216,8 +309,7 @@ void watchdog(task_pointer self) {
                                        " ms for gradients that never arrived, for the send functions with "
                                        "autograd_message_id " + ids + hint));
   }
-  auto tick = std::max(std::chrono::milliseconds(10), std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000)));
-  self->delayed_send(self, tick, sweep_atom::value);
+  arm_watchdog(self);  // W2
 }
 
 graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime* ar, context_actor context,
@@ -239,10 +331,7 @@ graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime
       finish(self, task_error(self, ErrorKind::Autograd,
                               "send function " + std::to_string(first.grad.send.as_int()) + " is not part of the pass"));
   }
-  if (started) {
-    drain(self);
-    self->delayed_send(self, std::chrono::milliseconds(10), sweep_atom::value);
-  }
+  if (started) drain(self);
   return {
       [self](IncomingGrad& ig) { accept_later_grad(self, std::move(ig)); },
       [self](BackwardDone& d) {

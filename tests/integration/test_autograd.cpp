@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include "actors/runtime.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
@@ -39,6 +40,16 @@ WorkerOptions fast(WorkerOptions& o) {
   o.autograd_mode = mode && std::string(mode) == "smart" ? AutogradMode::smart : AutogradMode::fast;
   return o;
 }
+uint64_t received(Worker& w, castor::detail::MessageType t) {
+  return w.runtime().stats.received[size_t(t)].load();
+}
+// A local node whose backward throws (a custom Function: never a light node).
+struct LocalExplosion : torch::autograd::Function<LocalExplosion> {
+  static at::Tensor forward(torch::autograd::AutogradContext*, at::Tensor x) { return x * 1; }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list) {
+    throw std::runtime_error("local backward exploded");
+  }
+};
 int64_t contexts_on(Worker& w) { return w.autograd_debug_info().at("num_autograd_contexts"); }
 bool no_context_anywhere(LocalWorld& world) {
   for (size_t i = 0; i < world.size(); ++i)
@@ -241,4 +252,55 @@ TEST_CASE("nothing is recorded outside a context or for tensors without grad") {
     world[0].rpc_sync<torch::Tensor>("worker1", "mul_pair", torch::ones({2}), torch::ones({2}));
     CHECK(world[0].autograd_debug_info().at("num_send_functions") == 0);
   }
+}
+
+TEST_CASE("gradients going back to their sender carry the answer: no BackwardDone on a hop or a chain (C1)") {
+  LocalWorld world(4, [](WorkerOptions& o) { fast(o); });
+  using castor::detail::MessageType;
+  auto x = leaf({2, 2}, 14), y = leaf({2, 2}, 15);
+  std::vector<uint64_t> grads_before, done_before;
+  for (size_t i = 0; i < world.size(); ++i) {
+    grads_before.push_back(received(world[i], MessageType::backward_grad));
+    done_before.push_back(received(world[i], MessageType::backward_done));
+  }
+  {
+    autograd::Context ctx(world[0]);
+    auto one_hop = world[0].rpc_sync<torch::Tensor>("worker1", "my_add", x, y);
+    ctx.backward({one_hop.sum()});
+    CHECK(close(ctx.gradients().at(x), torch::ones({2, 2}, torch::kDouble)));
+  }
+  {
+    autograd::Context ctx(world[0]);
+    auto chained = world[0].rpc_sync<torch::Tensor>("worker1", "chain", std::vector<std::string>{"worker2", "worker3"}, x);
+    ctx.backward({chained.sum()});
+    CHECK(close(ctx.gradients().at(x), torch::ones({2, 2}, torch::kDouble)));
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+  // One gradient each way per hop: worker0 <-> worker1 twice, worker1 <-> worker2 <-> worker3 once.
+  CHECK(received(world[0], MessageType::backward_grad) - grads_before[0] == 2);
+  CHECK(received(world[1], MessageType::backward_grad) - grads_before[1] == 3);
+  CHECK(received(world[2], MessageType::backward_grad) - grads_before[2] == 2);
+  CHECK(received(world[3], MessageType::backward_grad) - grads_before[3] == 1);
+  for (size_t i = 0; i < world.size(); ++i)
+    CHECK_MESSAGE(received(world[i], MessageType::backward_done) == done_before[i], "worker", i);
+}
+
+TEST_CASE("a node failing on the caller after the remote part has ended fails the pass there (C2)") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({3}, 16);
+  {
+    autograd::Context ctx(world[0]);
+    // The remote part (my_add) ends when it sends its gradient back; the
+    // node that then fails is worker0's, after that gradient arrived.
+    auto y = world[0].rpc_sync<torch::Tensor>("worker1", "my_add", LocalExplosion::apply(x), x);
+    std::string msg;
+    try {
+      ctx.backward({y.sum()});
+    } catch (const AutogradError& e) {
+      msg = e.what();
+    }
+    CHECK(msg.find("worker worker0: backward pass in autograd context") != std::string::npos);
+    CHECK(msg.find("local backward exploded") != std::string::npos);
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
 }
