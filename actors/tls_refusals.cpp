@@ -14,7 +14,9 @@
 //     remember_tls_listener) and OpenSSL's reason, read without taking it
 //     off the error queue CAF looks at next.
 //  R2 A stranger retries; the first few refusals per peer address are
-//     logged, after that every hundredth, with the count.
+//     logged, after that every hundredth, with the count. Hosts past the
+//     first kMaxCountedHosts share one count, so that a scan from many
+//     addresses cannot grow the log's memory without bound.
 //  R3 Nothing else changes: the return value, the error queue and the SSL
 //     object are CAF's as before. Where the wrapper is not linked in (a
 //     program without castor's TLS), OpenSSL's own SSL_accept runs.
@@ -35,6 +37,8 @@
 
 namespace castor::detail {
 namespace {
+
+constexpr size_t kMaxCountedHosts = 1024;  // R2
 
 struct RefusalLog {
   std::mutex mtx;
@@ -121,6 +125,8 @@ void log_refusal(SSL* ssl, int ssl_error) {
     auto it = log.worker_by_port.find(local_port);
     worker = it != log.worker_by_port.end() ? it->second : "port " + std::to_string(local_port);
     auto host = peer_addr.substr(0, peer_addr.rfind(':'));
+    if (log.refusals_by_peer.size() >= kMaxCountedHosts && !log.refusals_by_peer.count(host))
+      host = "(other hosts)";  // R2: counted together
     count = ++log.refusals_by_peer[host];
   }
   if (count > 3 && count % 100 != 0) return;  // R2

@@ -99,10 +99,11 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {
         auto* rt = self->state.rt;
         if (!rt->opts.cluster.empty()) {  // masterless: a peer checks in with us directly
-          auto mine = make_join_request(*rt);
-          if (auto why = incompatibility(mine, req, "worker '" + rt->name + "'"); !why.empty())
+          auto& mine = self->state.own_join_request;
+          if (!mine) mine = make_join_request(*rt);
+          if (auto why = incompatibility(*mine, req, "worker '" + rt->name + "'"); !why.empty())
             return JoinReply{false, false, why, {}};
-          return JoinReply{true, false, {}, {mine.self}};
+          return JoinReply{true, false, {}, {mine->self}};
         }
         if (!self->state.name_store) return JoinReply{false, false, self->state.rt->name + " is not the rendezvous master", {}};
         return self->delegate(self->state.name_store, atm, std::move(req));

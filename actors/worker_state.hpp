@@ -55,6 +55,9 @@ struct worker_state {
   // first and call us); run once init says running_atom. See J3 in
   // Note [Masterless join].
   std::vector<std::pair<CallRequest, caf::strong_actor_ptr>> held_calls;  // with whom to answer
+  // Masterless: what we check peers' join requests against, built on the
+  // first check-in (the signature list is long) and kept.
+  std::optional<JoinRequest> own_join_request;
 
   ShutdownState shutdown;
 
