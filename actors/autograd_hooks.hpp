@@ -3,7 +3,9 @@
 // tensors of calls made inside a context, and the backward messages.
 #pragma once
 
+#include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,9 @@ class AutogradHooks {
   virtual void handle_done(BackwardDone&& done) = 0;
   virtual void handle_control(ContextControl&& msg) = 0;
   virtual void on_peer_down(WorkerId rank) = 0;
+  /// The worker actor's sweep: pokes the graph tasks whose deadline passed;
+  /// returns the next deadline to sweep at, if any.
+  virtual std::optional<std::chrono::steady_clock::time_point> sweep(std::chrono::steady_clock::time_point now) = 0;
   /// No backward pass is running and no context message is on its way.
   virtual bool idle() const = 0;
   virtual void stop() = 0;

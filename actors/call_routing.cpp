@@ -121,6 +121,8 @@ void sweep_impl(worker_pointer self) {
                                           "call to '" + call.function + "' on worker " + who + " timed out after " +
                                               std::to_string(call.timeout.count()) + " ms")));
   }
+  if (rt->autograd)  // backward passes waiting with a deadline (Note [Graph task watchdog])
+    if (auto due = rt->autograd->sweep(now); due && (!next || *due < *next)) next = due;
   if (next)
     self->delayed_send(self,
                        std::chrono::duration_cast<std::chrono::microseconds>(*next - now) +

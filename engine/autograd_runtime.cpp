@@ -10,6 +10,7 @@
 #include "actors/runtime.hpp"
 #include "actors/thread_context.hpp"
 #include "engine/gradient_store.hpp"
+#include "engine/graph_task_actor.hpp"
 #include "engine/lineage.hpp"
 
 namespace castor::detail {
@@ -158,6 +159,17 @@ void AutogradRuntime::on_peer_down(WorkerId rank) {
   for (auto& a : all) caf::anon_send(a, peer_down_atom::value, rank);
 }
 
+std::optional<std::chrono::steady_clock::time_point> AutogradRuntime::sweep(std::chrono::steady_clock::time_point now) {
+  std::optional<std::chrono::steady_clock::time_point> next;
+  for (auto& task : deadlines_.take_due(now, next))
+    caf::anon_send(caf::actor_cast<graph_task_actor>(std::move(task)), sweep_atom::value);
+  return next;
+}
+
+void AutogradRuntime::request_sweep() {
+  if (rt_.actor) caf::anon_send(rt_.actor, sweep_atom::value);
+}
+
 std::map<std::string, int64_t> AutogradRuntime::debug_info() const {
   return {{"num_autograd_contexts", counters_.contexts.load()},
           {"num_send_functions", counters_.sends.load()},
@@ -187,6 +199,7 @@ void AutogradRuntime::stop() {
     for (auto& [id, a] : contexts_) all.push_back(a);
   }
   for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  deadlines_.close();
 }
 
 }  // namespace castor::detail

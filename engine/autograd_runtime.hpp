@@ -12,6 +12,7 @@
 #include "actors/autograd_hooks.hpp"
 #include "actors/worker_options.hpp"
 #include "engine/context_actor.hpp"
+#include "engine/deadline_board.hpp"
 
 namespace castor::detail {
 
@@ -40,6 +41,7 @@ class AutogradRuntime : public AutogradHooks {
   void handle_done(BackwardDone&& done) override;
   void handle_control(ContextControl&& msg) override;
   void on_peer_down(WorkerId rank) override;
+  std::optional<std::chrono::steady_clock::time_point> sweep(std::chrono::steady_clock::time_point now) override;
   bool idle() const override;
   void stop() override;
   std::map<std::string, int64_t> debug_info() const override;
@@ -57,12 +59,17 @@ class AutogradRuntime : public AutogradHooks {
   Runtime& runtime() { return rt_; }
   AutogradCounters& counters() { return counters_; }
   AutogradMode mode() const;
+  /// Graph tasks waiting with a deadline (Note [Graph task watchdog]).
+  DeadlineBoard& deadlines() { return deadlines_; }
+  /// Asks the worker actor for a sweep now (a deadline came sooner).
+  void request_sweep();
   IdGenerator<AutogradMessageId> message_ids;
 
  private:
   Runtime& rt_;
   IdGenerator<ContextId> context_ids_;
   AutogradCounters counters_;
+  DeadlineBoard deadlines_;
   mutable std::mutex mtx_;
   std::unordered_map<ContextId, context_actor> contexts_;
   std::unordered_map<ContextId, std::shared_ptr<GradientStore>> gradients_;  // Note [Gradient store]

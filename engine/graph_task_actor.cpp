@@ -36,7 +36,8 @@ namespace castor::detail {
 // workers ever wait for each other's completion, so cycles between workers
 // (A -> B -> A round trips) cannot deadlock. A send function that never gets
 // a gradient leaves its graph task waiting: the watchdog fails the pass after
-// its timeout, naming the send (SMART mode does not wait for such sends).
+// its timeout, naming the send (SMART mode does not wait for such sends;
+// see Note [Graph task watchdog]).
 //
 // The last word goes with the gradients. Most parts end by sending their
 // gradients back to the worker that started them (a forward call's result
@@ -84,11 +85,17 @@ struct task_state {
   std::shared_ptr<GraphTaskCore> core;     // null while an executor thread runs it
   std::vector<IncomingGrad> queued;        // later gradients that arrived during a drain
   std::vector<IncomingGrad> answer_after;  // later gradients, answered when their drain ends
-  std::unordered_map<uint64_t, WorkerId> outstanding;  // our BackwardGrad requests awaiting answers
+  struct Outstanding {
+    WorkerId to = -1;
+    AutogradMessageId send;  // the send function there
+    Clock::time_point sent;
+  };
+  std::unordered_map<uint64_t, Outstanding> outstanding;  // our BackwardGrad requests awaiting answers
   uint64_t next_request = 1;
   Clock::time_point last_progress = Clock::now();
   bool ended = false;
-  bool watchdog_armed = false;  // a sweep is scheduled (W1)
+  std::optional<uint64_t> watch;  // our entry on the deadline board (W3)
+  Clock::time_point watch_due;
 };
 
 using task_pointer = caf::stateful_actor<task_state, task_broker>*;
@@ -117,6 +124,7 @@ void finish(task_pointer self, std::optional<ErrorInfo> error) {
   auto& st = self->state;
   if (st.ended) return;
   st.ended = true;
+  if (st.watch) st.ar->deadlines().unwatch(*st.watch);
   for (auto& ig : st.answer_after) answer(self, ig, error);
   for (auto& ig : st.queued) answer(self, ig, error);
   if (st.start.first) answer(self, *st.start.first, error);
@@ -134,13 +142,13 @@ ErrorInfo task_error(task_pointer self, ErrorKind kind, const std::string& why) 
                                         std::to_string(self->state.start.context.as_int()) + " failed: " + why);
 }
 
-void arm_watchdog(task_pointer self);
+void watch_deadline(task_pointer self);
 
 void check_end(task_pointer self) {
   auto& st = self->state;
   if (st.ended || !st.core || st.core->has_ready() || !st.outstanding.empty()) return;
   if (st.core->finished()) return finish(self, std::nullopt);
-  arm_watchdog(self);  // W1: waiting for gradients that only peers can send
+  watch_deadline(self);  // W1: waiting for gradients that only peers can send
 }
 
 void on_drain_done(task_pointer self, DrainDone&& d);
@@ -213,7 +221,7 @@ void accept_later_grad(task_pointer self, IncomingGrad&& ig) {
   }
   if (ig.grad.completes != 0) {  // C2: the sender's part is done
     auto it = st.outstanding.find(ig.grad.completes);
-    if (it != st.outstanding.end() && it->second == ig.from) st.outstanding.erase(it);
+    if (it != st.outstanding.end() && it->second.to == ig.from) st.outstanding.erase(it);
   }
   if (ig.grad.request != 0) st.answer_after.push_back(std::move(ig));
   st.last_progress = Clock::now();
@@ -249,7 +257,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
       g.completes = st.start.first->grad.request;
     } else {
       g.request = st.next_request++;
-      st.outstanding.emplace(g.request, o.to);
+      st.outstanding.emplace(g.request, task_state::Outstanding{o.to, o.send, Clock::now()});
     }
     g.retain_graph = st.start.retain_graph;
     g.timeout_ms = st.start.timeout.count();
@@ -262,6 +270,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     st.start.first.reset();  // answered by the gradients just sent
     return finish(self, std::nullopt);
   }
+  if (!d.outgoing.empty()) watch_deadline(self);  // W2: their answers have a deadline
   for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
   st.answer_after.clear();
   auto queued = std::move(st.queued);
@@ -272,32 +281,48 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
 
 // Note [Graph task watchdog]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~
-//  W1 A task is stalled when it has no ready node, no request of its own
-//     outstanding, and nodes still to run: it waits for gradients only
-//     peers can send. Only then is a sweep scheduled. (A timer per task,
-//     armed at its start, cost each pass two wake-ups of CAF's clock thread
-//     per worker, a fifth of a 1-hop pass on two cores.)
-//  W2 A sweep fails the pass once it has been stalled, without progress,
-//     for the pass's timeout; while it stays stalled the sweep re-arms.
-//     Outstanding requests are covered by the peer's own watchdog and by
-//     peer_down, not here.
-void arm_watchdog(task_pointer self) {
+// A pass never hangs: each graph task fails it, naming the cause, when
+//  W1 it is stalled (no ready node, no request of its own outstanding, nodes
+//     still to run: it waits for gradients only peers can send) and no
+//     progress came for the pass's timeout; or
+//  W2 a gradient it sent has not been answered within the pass's timeout
+//     (the receiver dropped it as malformed, or its part is stuck in user
+//     code; a receiver that dies is reported at once by peer_down). As in
+//     PyTorch, where gradients travel as RPCs under the RPC timeout, the
+//     answer covers the receiver's whole part, downstream included.
+//  W3 No task arms a timer. A timer per task (armed at its start) cost each
+//     pass two wake-ups of CAF's clock thread per worker, a fifth of a 1-hop
+//     pass on two cores. Instead a task that must be watched puts its
+//     earliest deadline on the worker's DeadlineBoard, and the worker
+//     actor's sweep (the one that expires calls) pokes it when due; the
+//     task then checks W1 and W2 and puts its next deadline back. A sweep
+//     is scheduled only when a deadline comes before the planned one, so a
+//     stream of passes with one timeout schedules about one per timeout.
+void watch_deadline(task_pointer self) {
   auto& st = self->state;
-  if (st.watchdog_armed || st.ended) return;
-  st.watchdog_armed = true;
+  if (st.ended) return;
   auto limit = st.start.timeout;
-  auto tick = std::max(std::chrono::milliseconds(10), std::min<std::chrono::milliseconds>(limit / 4, std::chrono::milliseconds(1000)));
-  self->delayed_send(self, tick, sweep_atom::value);
+  std::optional<Clock::time_point> due;
+  bool stalled = st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
+  if (stalled) due = st.last_progress + limit;  // W1
+  for (const auto& [request, o] : st.outstanding)  // W2
+    if (!due || o.sent + limit < *due) due = o.sent + limit;
+  if (!due || (st.watch && st.watch_due <= *due)) return;  // the earlier entry's poke re-checks
+  if (st.watch) st.ar->deadlines().unwatch(*st.watch);
+  bool sooner = false;
+  st.watch = st.ar->deadlines().watch(*due, caf::actor_cast<caf::strong_actor_ptr>(self), sooner);
+  st.watch_due = *due;
+  if (sooner) st.ar->request_sweep();
 }
 
 void watchdog(task_pointer self) {
   auto& st = self->state;
-  st.watchdog_armed = false;
+  st.watch.reset();  // the board handed this entry over
   if (st.ended) return;
   auto limit = st.start.timeout;
+  auto now = Clock::now();
   bool stalled = st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
-  if (!stalled) return;  // W1: re-armed when it stalls again
-  if (Clock::now() - st.last_progress >= limit) {
+  if (stalled && now - st.last_progress >= limit) {  // W1
     std::string ids;
     for (auto id : st.core->waiting_sends()) ids += (ids.empty() ? "" : ", ") + std::to_string(id.as_int());
     auto hint = st.ar->mode() == AutogradMode::fast
@@ -309,7 +334,13 @@ void watchdog(task_pointer self) {
                                        " ms for gradients that never arrived, for the send functions with "
                                        "autograd_message_id " + ids + hint));
   }
-  arm_watchdog(self);  // W2
+  for (const auto& [request, o] : st.outstanding)  // W2
+    if (now - o.sent >= limit)
+      return finish(self, task_error(self, ErrorKind::Timeout,
+                                     "worker " + st.rt->name_of(o.to) + " did not answer the gradients sent to it (for "
+                                         "the send function with autograd_message_id " + std::to_string(o.send.as_int()) +
+                                         ") within " + std::to_string(limit.count()) + " ms"));
+  watch_deadline(self);  // W3
 }
 
 graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime* ar, context_actor context,
@@ -348,7 +379,7 @@ graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime
       [self](peer_down_atom, WorkerId w) {
         auto& st = self->state;
         bool involved = (st.start.first && st.start.first->from == w);
-        for (auto& [req, to] : st.outstanding) involved = involved || to == w;
+        for (auto& [req, o] : st.outstanding) involved = involved || o.to == w;
         if (involved)
           finish(self, task_error(self, ErrorKind::Unreachable,
                                   "worker " + st.rt->name_of(w) + " died during the backward pass"));

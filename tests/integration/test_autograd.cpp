@@ -304,3 +304,25 @@ TEST_CASE("a node failing on the caller after the remote part has ended fails th
   }
   CHECK(eventually([&] { return no_context_anywhere(world); }));
 }
+
+TEST_CASE("a gradient that is not answered within the pass's timeout fails the pass, naming the worker (W2)") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto x = leaf({3}, 17);
+  {
+    autograd::Context ctx(world[0]);
+    // worker1's part is stuck in user code for 3 s; the pass allows 300 ms.
+    auto y = world[0].rpc_sync<torch::Tensor>("worker1", "slow_backward", x, int64_t(3000));
+    auto started = std::chrono::steady_clock::now();
+    std::string msg;
+    try {
+      ctx.backward({y.sum()}, false, Timeout{milliseconds(300)});
+    } catch (const RpcError& e) {
+      msg = e.what();
+    }
+    auto waited = std::chrono::steady_clock::now() - started;
+    CHECK(msg.find("worker worker1 did not answer the gradients sent to it") != std::string::npos);
+    CHECK(msg.find("within 300 ms") != std::string::npos);
+    CHECK(waited < milliseconds(2500));  // failed on its deadline, not when worker1 woke up
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}

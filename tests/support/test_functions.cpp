@@ -199,6 +199,18 @@ struct ExplodingBackward : torch::autograd::Function<ExplodingBackward> {
     throw std::runtime_error("backward exploded");
   }
 };
+// A function whose backward takes `ms` milliseconds (user code that is slow or stuck).
+struct SlowBackward : torch::autograd::Function<SlowBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, int64_t ms) {
+    ctx->saved_data["ms"] = ms;
+    return x * 1;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ctx->saved_data["ms"].toInt()));
+    return {g[0], at::Tensor()};
+  }
+};
 at::Tensor& shared_param() {
   static at::Tensor p = at::full({3}, 2.0).set_requires_grad(true);
   return p;
@@ -212,6 +224,7 @@ CASTOR_FUNCTION(nested_mul, [](std::string peer, at::Tensor a, at::Tensor b) {
   return current_worker().rpc_sync<at::Tensor>(peer, "mul_pair", a, b) * a;
 });
 CASTOR_FUNCTION(explode, [](at::Tensor x) { return ExplodingBackward::apply(x); });
+CASTOR_FUNCTION(slow_backward, [](at::Tensor x, int64_t ms) { return SlowBackward::apply(x, ms); });
 // The gradient flowing into the intermediate is scaled by a hook registered here.
 CASTOR_FUNCTION(hooked, [](at::Tensor x) {
   auto y = x * 2;
