@@ -80,6 +80,7 @@ Worker init_rpc(WorkerOptions opts) {
   rt->view.reset(new Worker(rt, false));
   detail::Executor::Options ex;
   ex.threads = opts.num_worker_threads;
+  ex.eager_threads = opts.eager_worker_threads;
   ex.max_threads = opts.max_worker_threads;
   ex.name = opts.name;
   ex.on_thread_start = [view = rt->view.get()] { detail::set_thread_worker(view); };

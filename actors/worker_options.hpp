@@ -65,7 +65,10 @@ struct WorkerOptions {
   std::chrono::milliseconds rpc_timeout{60000};   // default for every call
   std::chrono::milliseconds init_timeout{60000};  // until every rank has joined
 
-  size_t num_worker_threads = 16;   // runnable executor threads
+  size_t num_worker_threads = 16;   // most runnable executor threads
+  /// Runnable executor threads while their tasks make progress; more (up to
+  /// num_worker_threads) only when tasks stall. 0 = the machine's cores.
+  size_t eager_worker_threads = 0;
   size_t max_worker_threads = 256;  // bound including threads blocked in nested calls
 
   /// libtorch intra-op threads; 0 = the cores shared among this host's workers.

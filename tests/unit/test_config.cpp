@@ -26,7 +26,7 @@ const char* kGood = R"({
     {"name": "trainer", "rank": 1, "host": "10.0.0.2", "port": 29600, "args": ["--epochs", "2"]},
     {"name": "ps", "rank": 0, "host": "10.0.0.1", "port": 29600}
   ],
-  "options": {"rpc_timeout_ms": 1500, "num_worker_threads": 4, "autograd_mode": "fast",
+  "options": {"rpc_timeout_ms": 1500, "num_worker_threads": 4, "eager_worker_threads": 2, "autograd_mode": "fast",
               "heartbeat_ms": 5000, "caf": {"scheduler.max-threads": 2, "middleman.heartbeat-interval": "2s"},
               "colour": "blue"}
 })";
@@ -50,6 +50,7 @@ TEST_CASE("a cluster file gives each worker its options, rank 0 serving the rend
   CHECK(o.master.port == 29600);
   CHECK(o.rpc_timeout == std::chrono::milliseconds(1500));
   CHECK(o.num_worker_threads == 4);
+  CHECK(o.eager_worker_threads == 2);
   CHECK(o.autograd_mode == castor::AutogradMode::fast);
   CHECK(o.caf_settings.at("scheduler.max-threads") == "2");
   CHECK(o.caf_settings.at("middleman.heartbeat-interval") == "2s");  // options.caf wins over heartbeat_ms
