@@ -123,11 +123,14 @@ void sweep_impl(worker_pointer self) {
   }
   if (rt->autograd)  // backward passes waiting with a deadline (Note [Graph task watchdog])
     if (auto due = rt->autograd->sweep(now); due && (!next || *due < *next)) next = due;
-  if (next)
-    self->delayed_send(self,
-                       std::chrono::duration_cast<std::chrono::microseconds>(*next - now) +
-                           std::chrono::milliseconds(1),
-                       sweep_atom::value);
+  // One timer chain: a sweep asked for early (a sooner deadline) schedules a
+  // timer only if it comes before the one already planned.
+  auto& planned = self->state.sweep_planned;
+  if (planned && *planned <= now) planned.reset();  // this is that sweep (or later)
+  if (next && (!planned || *next < *planned)) {
+    planned = *next + std::chrono::milliseconds(1);
+    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(*planned - now), sweep_atom::value);
+  }
 }
 
 void fail_pending_impl(worker_pointer self, const std::function<bool(const PendingCall&)>& which,

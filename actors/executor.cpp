@@ -170,6 +170,10 @@ void Executor::thread_main() {
 void Executor::stop() {
   std::unique_lock<std::mutex> lock(mtx_);
   stopping_ = true;
+  // Queued work must still run, and the monitor is gone: every allowed
+  // thread may run it now (tasks stuck on queued ones would wait forever).
+  limit_ = opts_.threads;
+  for (size_t i = 0; i < queue_.size(); ++i) add_runnable_locked();
   work_cv_.notify_all();
   monitor_cv_.notify_all();
   exit_cv_.wait(lock, [&] { return threads_ == 0; });

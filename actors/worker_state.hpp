@@ -61,6 +61,10 @@ struct worker_state {
 
   ShutdownState shutdown;
 
+  // The sweep scheduled by delayed_send (calls' and graph tasks' deadlines):
+  // one chain of timers however many boards ask for sweeps.
+  std::optional<std::chrono::steady_clock::time_point> sweep_planned;
+
   ChunkAssembler chunks;  // large tensors in transit to us
 };
 

@@ -166,6 +166,10 @@ std::optional<std::chrono::steady_clock::time_point> AutogradRuntime::sweep(std:
   return next;
 }
 
+uint64_t AutogradRuntime::next_pass_id() {
+  return (uint64_t(uint32_t(rt_.rank)) << 40) | (passes_.fetch_add(1) + 1);
+}
+
 void AutogradRuntime::request_sweep() {
   if (rt_.actor) caf::anon_send(rt_.actor, sweep_atom::value);
 }

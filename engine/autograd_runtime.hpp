@@ -61,6 +61,8 @@ class AutogradRuntime : public AutogradHooks {
   AutogradMode mode() const;
   /// Graph tasks waiting with a deadline (Note [Graph task watchdog]).
   DeadlineBoard& deadlines() { return deadlines_; }
+  /// A new backward pass id, unique in the world (C4 of Note [FAST mode]).
+  uint64_t next_pass_id();
   /// Asks the worker actor for a sweep now (a deadline came sooner).
   void request_sweep();
   IdGenerator<AutogradMessageId> message_ids;
@@ -70,6 +72,7 @@ class AutogradRuntime : public AutogradHooks {
   IdGenerator<ContextId> context_ids_;
   AutogradCounters counters_;
   DeadlineBoard deadlines_;
+  std::atomic<uint64_t> passes_{0};
   mutable std::mutex mtx_;
   std::unordered_map<ContextId, context_actor> contexts_;
   std::unordered_map<ContextId, std::shared_ptr<GradientStore>> gradients_;  // Note [Gradient store]

@@ -2,6 +2,8 @@
 // graph tasks, and cleanup that travels along the workers it talked to.
 #include "engine/context_actor.hpp"
 
+#include <algorithm>
+#include <deque>
 #include <set>
 #include <unordered_map>
 
@@ -54,6 +56,8 @@ struct context_state {
   std::set<WorkerId> peers;
   std::shared_ptr<GradientStore> grads;  // filled by our graph tasks (Note [Gradient store])
   graph_task_actor task;        // the pass running here, if any
+  uint64_t task_pass = 0;       // its id (C4 of Note [FAST mode])
+  std::deque<uint64_t> ended_passes;  // the last few that ended here (C4)
   bool graph_released = false;  // a pass without retain_graph ran
 };
 
@@ -117,6 +121,7 @@ void start_root(context_pointer self, StartBackward&& sb) {
   start.core = std::move(core);
   start.on_end = std::move(sb.done);
   start.grads = st.grads;
+  start.pass = st.task_pass = st.ar->next_pass_id();
   st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
   self->link_to(st.task);
 }
@@ -134,6 +139,8 @@ void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
     return;
   }
   if (ig.grad.request == 0) return;  // C3 of Note [FAST mode]: its pass ended here
+  if (std::find(st.ended_passes.begin(), st.ended_passes.end(), ig.grad.pass) != st.ended_passes.end())
+    return answer(st.rt, ig, context_error(self, "a gradient of an ended backward pass arrived"));  // C4
   // The first gradient of a pass to reach this worker starts its part.
   if (auto why = refuse_pass(self)) return answer(st.rt, ig, context_error(self, *why));
   auto core = std::make_shared<GraphTaskCore>(ig.grad.retain_graph);
@@ -145,6 +152,7 @@ void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
   start.retain_graph = ig.grad.retain_graph;
   start.timeout = std::chrono::milliseconds(ig.grad.timeout_ms);
   start.core = std::move(core);
+  start.pass = st.task_pass = ig.grad.pass;
   start.first = std::move(ig);
   start.grads = st.grads;
   st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
@@ -155,6 +163,8 @@ void on_task_ended(context_pointer self, TaskEnded&& e) {
   auto& st = self->state;
   if (st.task) self->unlink_from(st.task);
   st.task = nullptr;
+  st.ended_passes.push_back(st.task_pass);  // C4: its late gradients are refused
+  if (st.ended_passes.size() > 8) st.ended_passes.pop_front();
   if (e.released_graph) st.graph_released = true;
   if (e.error) {
     // Stop the pass everywhere else too (see Note [Context cleanup]).

@@ -93,9 +93,11 @@ std::vector<AutogradMessageId> GraphTaskCore::waiting_sends() const {
 // and on two cores each hand-off costs tens of microseconds, more than the
 // nodes themselves. So the graph task actor runs light nodes itself, on the
 // I/O thread, and hands only the rest to the executor. A node is light when
-//  L1 it is castor's SendRpcBackward or RecvRpcBackward (they only move
-//     gradients), or an AccumulateGrad whose leaf has no hooks (captured into
-//     the context, no arithmetic); or
+//  L1 it is castor's RecvRpcBackward (it only moves gradients), or an
+//     AccumulateGrad whose leaf has no hooks (captured into the context, no
+//     arithmetic), or castor's SendRpcBackward on CPU gradients of at most
+//     kLightElements elements (it passes them on, but they are then shaped
+//     and summed into the next nodes' inputs); or
 //  L2 it is one of libtorch's generated backward functions (never user code:
 //     not a custom Function, which may block or take long), on the CPU, with
 //     at most kLightElements gradient elements coming in (and going to
@@ -140,9 +142,10 @@ int64_t numel_of(const Edge& next) {
 
 bool GraphTaskCore::is_light(Node* fn) const {
   if (!fn->pre_hooks().empty() || !fn->post_hooks().empty()) return false;  // L3
-  if (dynamic_cast<SendRpcBackward*>(fn) || dynamic_cast<RecvRpcBackward*>(fn)) return true;  // L1
+  if (dynamic_cast<RecvRpcBackward*>(fn)) return true;  // L1
   if (auto* acc = dynamic_cast<AccumulateGrad*>(fn)) return torch::autograd::impl::hooks(acc->variable).empty();
-  if (!is_generated_backward(*fn) || proved_heavy(*fn)) return false;  // L2, L4
+  bool send = dynamic_cast<SendRpcBackward*>(fn) != nullptr;  // L1: by size, as L2
+  if (!send && (!is_generated_backward(*fn) || proved_heavy(*fn))) return false;  // L2, L4
   int64_t elements = 0;
   if (auto it = buffers_.find(fn); it != buffers_.end())
     for (const auto& g : it->second)

@@ -57,6 +57,11 @@ namespace castor::detail {
 //  C3 A gradient that wants no answer and finds no running pass (the parent
 //     failed meanwhile) is dropped: nobody waits for it, and it must not
 //     start a pass of its own.
+//  C4 Every gradient names its pass (the root's rank and a counter). One
+//     that belongs to a pass other than the running one, or to a pass that
+//     already ended here (it was on its way when the pass failed), is
+//     refused: it must neither feed a retried pass (retain_graph) nor count
+//     as the answer to one of its requests, nor start a pass of its own.
 //
 // Nodes run on executor threads, one drain at a time per task: the core is
 // handed to one thread, which runs ready nodes until none is left; gradients
@@ -207,6 +212,10 @@ void drain(task_pointer self) {
 
 void accept_later_grad(task_pointer self, IncomingGrad&& ig) {
   auto& st = self->state;
+  if (st.ended)  // finish() answered what it had; the actor is quitting
+    return answer(self, ig, task_error(self, ErrorKind::Autograd, "its backward pass already ended here"));
+  if (ig.grad.pass != st.start.pass)  // C4: a gradient of an earlier pass never feeds this one
+    return answer(self, ig, task_error(self, ErrorKind::Autograd, "a gradient of an earlier, ended backward pass arrived"));
   if (!st.core) {
     st.queued.push_back(std::move(ig));
     return;
@@ -253,6 +262,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     g.context = st.start.context;
     g.send = o.send;
     g.from = st.rt->rank;
+    g.pass = st.start.pass;
     if (last_word) {
       g.completes = st.start.first->grad.request;
     } else {
@@ -273,9 +283,14 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   if (!d.outgoing.empty()) watch_deadline(self);  // W2: their answers have a deadline
   for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
   st.answer_after.clear();
-  auto queued = std::move(st.queued);
-  st.queued.clear();
-  for (auto& ig : queued) accept_later_grad(self, std::move(ig));
+  // One at a time: a light drain runs within accept_later_grad and may end
+  // the task or hand the core away, and what is left stays queued (finish()
+  // answers it, or the next DrainDone takes it up).
+  while (!st.queued.empty() && st.core && !st.ended) {
+    auto ig = std::move(st.queued.front());
+    st.queued.erase(st.queued.begin());
+    accept_later_grad(self, std::move(ig));
+  }
   drain(self);
 }
 

@@ -28,6 +28,7 @@ struct DrainDone {
 /// gradient that reached this worker.
 struct TaskStart {
   ContextId context;
+  uint64_t pass = 0;  // C4 of Note [FAST mode]
   bool retain_graph = false;
   std::chrono::milliseconds timeout{0};
   std::shared_ptr<GraphTaskCore> core;

@@ -40,6 +40,7 @@ struct BackwardGrad {
   WorkerId from = -1;           // the sender, which gets the answer
   uint64_t request = 0;         // answered with this id (0: wants no answer, see `completes`)
   uint64_t completes = 0;       // the receiver's own request this gradient also answers (C1 of Note [FAST mode])
+  uint64_t pass = 0;            // the backward pass it belongs to (C4)
   std::vector<Value> grads;     // one per input of the send function (None: no gradient)
   bool retain_graph = false;
   int64_t timeout_ms = 0;       // how long a participant may wait for a gradient (FAST mode diagnosis)
@@ -50,11 +51,11 @@ struct BackwardGrad {
   friend typename Inspector::result_type inspect(Inspector& f, BackwardGrad& x) {
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value)
       return wire::decode_or_mark(f, x.malformed, [&] {
-        return f(x.context, x.send, x.from, x.request, x.completes, wire::checked(x.grads), x.retain_graph,
+        return f(x.context, x.send, x.from, x.request, x.completes, x.pass, wire::checked(x.grads), x.retain_graph,
                  x.timeout_ms, wire::checked(x.participants));
       });
     else
-      return f(caf::meta::type_name("castor::BackwardGrad"), x.context, x.send, x.from, x.request, x.completes,
+      return f(caf::meta::type_name("castor::BackwardGrad"), x.context, x.send, x.from, x.request, x.completes, x.pass,
                wire::checked(x.grads), x.retain_graph, x.timeout_ms, wire::checked(x.participants));
   }
 };
