@@ -1,6 +1,7 @@
 // The machine's limits, measured in the same run as the figures they bound:
 // a plain TCP ping-pong and echo between two processes on loopback (what any
 // RPC stack pays at least) and memcpy (what shared memory pays at least).
+#include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -42,7 +43,8 @@ struct EchoPeer {
   int fd = -1;
   pid_t child = -1;
 
-  EchoPeer(size_t size, std::vector<char>& buf) {
+  // `child_cpu` >= 0 pins the echoing child to that core.
+  EchoPeer(size_t size, std::vector<char>& buf, int child_cpu = -1) {
     int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -53,6 +55,12 @@ struct EchoPeer {
       throw std::runtime_error("floors: cannot listen on loopback");
     child = ::fork();
     if (child == 0) {
+      if (child_cpu >= 0) {
+        cpu_set_t one_cpu;
+        CPU_ZERO(&one_cpu);
+        CPU_SET(child_cpu, &one_cpu);
+        ::sched_setaffinity(0, sizeof one_cpu, &one_cpu);
+      }
       int c = ::accept(lfd, nullptr, nullptr);
       int one = 1;
       ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -74,24 +82,34 @@ struct EchoPeer {
   }
 };
 
-double tcp_echo_us(size_t size, int n, int warmup) {
+double tcp_echo_us(size_t size, int n, int warmup, int child_cpu = -1) {
   std::vector<char> out(size, 'x'), back(size);
-  EchoPeer peer(size, back);
+  EchoPeer peer(size, back, child_cpu);
   return median_us(n, [&] {
     if (!send_all(peer.fd, out.data(), size) || !recv_all(peer.fd, back.data(), size))
       throw std::runtime_error("floors: the echo peer went away");
   }, warmup);
 }
 
-// The median over `rounds` fresh peer processes. Where the kernel puts a
-// process pair decides a small round trip: both on one core (the waker runs
-// the woken at once) took 4.5 µs in one run, on two cores 75 µs (a wake-up
-// across cores of this VM). castor's workers, with their I/O threads, never
-// get the first, so one odd placement must not set the floor.
-double tcp_echo_us_over_peers(size_t size, int n, int warmup, int rounds) {
-  std::vector<double> medians;
-  for (int i = 0; i < rounds; ++i) medians.push_back(tcp_echo_us(size, n / rounds, warmup));
-  return median(medians);
+// A small round trip depends on where the kernel puts the pair: on one core
+// the waker runs the woken process at once (4.5 µs in one run on this VM),
+// on two cores it pays a wake-up across cores (75 µs). Left to the kernel,
+// the figure swung between the two from run to run. castor's and PyTorch's
+// workers (an I/O thread each, other threads beside it) run on both cores,
+// so the floor is the ping-pong pinned to two cores; the one-core figure is
+// printed beside it. `same_core` pins both ends to core 0.
+double tcp_pingpong_pinned_us(int n, int warmup, bool same_core) {
+  cpu_set_t before;
+  if (::sched_getaffinity(0, sizeof before, &before) != 0 || CPU_COUNT(&before) < 2 || !CPU_ISSET(0, &before) ||
+      !CPU_ISSET(1, &before))
+    return same_core ? 0.0 : tcp_echo_us(64, n, warmup);  // fewer than two cores to pin to
+  cpu_set_t core0;
+  CPU_ZERO(&core0);
+  CPU_SET(0, &core0);
+  ::sched_setaffinity(0, sizeof core0, &core0);
+  double us = tcp_echo_us(64, n, warmup, same_core ? 0 : 1);
+  ::sched_setaffinity(0, sizeof before, &before);  // the benchmarks after run unpinned
+  return us;
 }
 
 }  // namespace
@@ -99,7 +117,8 @@ double tcp_echo_us_over_peers(size_t size, int n, int warmup, int rounds) {
 std::vector<Figure> bench_floors(const Options& opts) {
   std::vector<Figure> out;
   int r = opts.reps;
-  out.push_back({"floor_tcp_pingpong_us", tcp_echo_us_over_peers(64, 3000 * r, 200, 5)});
+  out.push_back({"floor_tcp_pingpong_us", tcp_pingpong_pinned_us(3000 * r, 200, false)});
+  out.push_back({"floor_tcp_pingpong_same_core_us", tcp_pingpong_pinned_us(3000 * r, 200, true)});
   out.push_back({"floor_tcp_echo_1MiB_ms", tcp_echo_us(size_t(1) << 20, 50 * r, 5) / 1e3});
   out.push_back({"floor_tcp_echo_64MiB_ms", tcp_echo_us(size_t(64) << 20, 7 * r, 2) / 1e3});
   std::vector<char> a(size_t(64) << 20, 'a'), b(size_t(64) << 20);

@@ -59,8 +59,11 @@ def main():
                 out[f"scale_all_to_all_ms_w{world}"] = res["all_to_all_ms"]
         except Exception:
             pass  # did not come up in time: no figure
+        # 30 s for the whole world to exit, not 30 s per process: a world
+        # that hangs in init (64 workers did) would otherwise take 32 min.
+        deadline = time.time() + 30
         for pr in procs:
-            pr.join(timeout=30)
+            pr.join(timeout=max(0.0, deadline - time.time()))
         for pr in procs:
             if pr.is_alive():
                 pr.kill()
