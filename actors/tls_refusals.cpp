@@ -39,6 +39,7 @@ namespace castor::detail {
 namespace {
 
 constexpr size_t kMaxCountedHosts = 1024;  // R2
+constexpr const char* kOtherHosts = "(other hosts)";
 
 struct RefusalLog {
   std::mutex mtx;
@@ -119,6 +120,7 @@ void log_refusal(SSL* ssl, int ssl_error) {
   auto& log = refusal_log();
   std::string worker;
   int64_t count;
+  bool shared_count = false;
   {
     std::lock_guard<std::mutex> lock(log.mtx);
     if (auto h = log.handshaking.find(ssl); h != log.handshaking.end()) peer_addr = h->second;
@@ -126,15 +128,19 @@ void log_refusal(SSL* ssl, int ssl_error) {
     worker = it != log.worker_by_port.end() ? it->second : "port " + std::to_string(local_port);
     auto host = peer_addr.substr(0, peer_addr.rfind(':'));
     if (log.refusals_by_peer.size() >= kMaxCountedHosts && !log.refusals_by_peer.count(host))
-      host = "(other hosts)";  // R2: counted together
+      host = kOtherHosts;  // R2: counted together
     count = ++log.refusals_by_peer[host];
+    shared_count = host == kOtherHosts;
   }
   if (count > 3 && count % 100 != 0) return;  // R2
   std::fprintf(stderr,
                "castor[%s]: refused a TLS connection from %s: %s; only peers with a certificate signed by the "
                "cluster CA may connect%s\n",
                worker.c_str(), peer_addr.c_str(), why.c_str(),
-               count > 1 ? (" (refusal " + std::to_string(count) + " from this host)").c_str() : "");
+               count > 1 ? (" (refusal " + std::to_string(count) +
+                            (shared_count ? " from hosts past the first 1024)" : " from this host)"))
+                               .c_str()
+                         : "");
 }
 
 }  // namespace
