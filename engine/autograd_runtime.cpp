@@ -130,16 +130,10 @@ void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
     caf::anon_send(actor, IncomingGrad{std::move(grad), from, nullptr});
     return;
   }
-  if (grad.request == 0) return;  // wants no answer (C3 of Note [FAST mode])
-  BackwardDone done;
-  done.context = grad.context;
-  done.request = grad.request;
-  done.ok = false;
-  done.error = make_error(ErrorKind::Autograd, rt_.name,
-                          "worker " + rt_.name + " has no autograd context " + std::to_string(grad.context.as_int()) +
-                              " (released already?)");
-  rt_.counters.sent.fetch_add(1);
-  if (from >= 0 && size_t(from) < rt_.peer_handles.size()) caf::anon_send(rt_.peer_handles[size_t(from)], done);
+  answer_gradient(rt_, grad, from,
+                  make_error(ErrorKind::Autograd, rt_.name,
+                             "worker " + rt_.name + " has no autograd context " +
+                                 std::to_string(grad.context.as_int()) + " (released already?)"));
 }
 
 void AutogradRuntime::handle_done(BackwardDone&& done) {

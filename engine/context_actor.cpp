@@ -70,15 +70,7 @@ void send_to_peer(Runtime* rt, WorkerId to, const ContextControl& msg) {
 }
 
 void answer(Runtime* rt, const IncomingGrad& ig, std::optional<ErrorInfo> error) {
-  if (ig.grad.request == 0) return;  // C2 of Note [FAST mode]: it wants no answer
-  BackwardDone done;
-  done.context = ig.grad.context;
-  done.request = ig.grad.request;
-  done.ok = !error;
-  if (error) done.error = std::move(*error);
-  if (ig.from < 0 || size_t(ig.from) >= rt->peer_handles.size() || rt->peer_dead[size_t(ig.from)]) return;
-  rt->counters.sent.fetch_add(1);
-  caf::anon_send(rt->peer_handles[size_t(ig.from)], std::move(done));
+  answer_gradient(*rt, ig.grad, ig.from, error);
 }
 
 ErrorInfo context_error(context_pointer self, const std::string& why) {
@@ -231,6 +223,18 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
 }
 
 }  // namespace
+
+void answer_gradient(Runtime& rt, const BackwardGrad& grad, WorkerId from, const std::optional<ErrorInfo>& error) {
+  if (grad.request == 0) return;  // C2 of Note [FAST mode]: it wants no answer
+  if (from < 0 || size_t(from) >= rt.peer_handles.size() || rt.peer_dead[size_t(from)]) return;
+  BackwardDone done;
+  done.context = grad.context;
+  done.request = grad.request;
+  done.ok = !error;
+  if (error) done.error = *error;
+  rt.counters.sent.fetch_add(1);
+  caf::anon_send(rt.peer_handles[size_t(from)], std::move(done));
+}
 
 context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads) {
   return ar.runtime().system->middleman().spawn_broker(context_behavior, &ar, id, std::move(grads));

@@ -44,9 +44,4 @@ void DeadlineBoard::close() {
   due_.clear();
 }
 
-size_t DeadlineBoard::size() const {
-  std::lock_guard<std::mutex> lock(mtx_);
-  return due_.size();
-}
-
 }  // namespace castor::detail

@@ -36,11 +36,9 @@ class DeadlineBoard {
   /// reference to an actor may outlive its actor system.
   void close();
 
-  size_t size() const;
-
  private:
   using Index = std::multimap<Clock::time_point, std::pair<uint64_t, caf::strong_actor_ptr>>;
-  mutable std::mutex mtx_;
+  std::mutex mtx_;
   Index due_;
   std::unordered_map<uint64_t, Index::iterator> by_id_;
   uint64_t next_id_ = 1;

@@ -14,8 +14,6 @@
 #include <typeinfo>
 #include <unordered_set>
 
-#include <c10/util/accumulate.h>
-
 namespace castor::detail {
 
 using torch::autograd::AccumulateGrad;

@@ -113,16 +113,7 @@ std::vector<at::Tensor> tensors_of(std::vector<Value>&& values) {
 }
 
 void answer(task_pointer self, const IncomingGrad& ig, const std::optional<ErrorInfo>& error) {
-  auto* rt = self->state.rt;
-  if (ig.grad.request == 0) return;  // C2: it wants no answer
-  BackwardDone done;
-  done.context = ig.grad.context;
-  done.request = ig.grad.request;
-  done.ok = !error;
-  if (error) done.error = *error;
-  if (ig.from < 0 || size_t(ig.from) >= rt->peer_handles.size() || rt->peer_dead[size_t(ig.from)]) return;
-  rt->counters.sent.fetch_add(1);
-  caf::anon_send(rt->peer_handles[size_t(ig.from)], std::move(done));
+  answer_gradient(*self->state.rt, ig.grad, ig.from, error);
 }
 
 void finish(task_pointer self, std::optional<ErrorInfo> error) {
@@ -148,6 +139,12 @@ ErrorInfo task_error(task_pointer self, ErrorKind kind, const std::string& why) 
 }
 
 void watch_deadline(task_pointer self);
+
+// W1 of Note [Graph task watchdog]: nothing to run and nothing of ours
+// outstanding, yet nodes left: only gradients from peers can move it on.
+bool is_stalled(const task_state& st) {
+  return st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
+}
 
 void check_end(task_pointer self) {
   auto& st = self->state;
@@ -318,8 +315,7 @@ void watch_deadline(task_pointer self) {
   if (st.ended) return;
   auto limit = st.start.timeout;
   std::optional<Clock::time_point> due;
-  bool stalled = st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
-  if (stalled) due = st.last_progress + limit;  // W1
+  if (is_stalled(st)) due = st.last_progress + limit;  // W1
   for (const auto& [request, o] : st.outstanding)  // W2
     if (!due || o.sent + limit < *due) due = o.sent + limit;
   if (!due || (st.watch && st.watch_due <= *due)) return;  // the earlier entry's poke re-checks
@@ -336,8 +332,7 @@ void watchdog(task_pointer self) {
   if (st.ended) return;
   auto limit = st.start.timeout;
   auto now = Clock::now();
-  bool stalled = st.core && !st.core->has_ready() && st.outstanding.empty() && !st.core->finished();
-  if (stalled && now - st.last_progress >= limit) {  // W1
+  if (is_stalled(st) && now - st.last_progress >= limit) {  // W1
     std::string ids;
     for (auto id : st.core->waiting_sends()) ids += (ids.empty() ? "" : ", ") + std::to_string(id.as_int());
     auto hint = st.ar->mode() == AutogradMode::fast

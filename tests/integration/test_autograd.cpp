@@ -15,18 +15,10 @@
 
 using namespace castor;
 using castor::test::LocalWorld;
+using castor::test::eventually;
 using std::chrono::milliseconds;
 
 namespace {
-template <class F>
-bool eventually(F&& f, milliseconds limit = milliseconds(20000)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (f()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return f();
-}
 torch::Tensor leaf(std::vector<int64_t> sizes, int seed) {
   torch::manual_seed(seed);
   return torch::randn(sizes, torch::kDouble).requires_grad_(true);
@@ -39,6 +31,16 @@ WorkerOptions fast(WorkerOptions& o) {
   const char* mode = std::getenv("CASTOR_TEST_AUTOGRAD_MODE");
   o.autograd_mode = mode && std::string(mode) == "smart" ? AutogradMode::smart : AutogradMode::fast;
   return o;
+}
+// The message of the `Error` that `f` threw; empty if it threw none.
+template <class Error = RpcError, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
 }
 uint64_t received(Worker& w, castor::detail::MessageType t) {
   return w.runtime().stats.received[size_t(t)].load();
@@ -215,12 +217,7 @@ TEST_CASE("an error in a remote node fails the whole pass, naming the worker -- 
     autograd::Context ctx(world[0]);
     auto y = world[0].rpc_sync<torch::Tensor>("worker1", "explode", x);
     auto z = world[0].rpc_sync<torch::Tensor>("worker2", "mul_pair", x, x);
-    std::string msg;
-    try {
-      ctx.backward({(y + z).sum()});
-    } catch (const RpcError& e) {
-      msg = e.what();
-    }
+    auto msg = error_of([&] { ctx.backward({(y + z).sum()}); });
     CHECK(msg.find("worker worker1") != std::string::npos);
     CHECK(msg.find("backward exploded") != std::string::npos);
   }
@@ -293,12 +290,7 @@ TEST_CASE("a node failing on the caller after the remote part has ended fails th
     // The remote part (my_add) ends when it sends its gradient back; the
     // node that then fails is worker0's, after that gradient arrived.
     auto y = world[0].rpc_sync<torch::Tensor>("worker1", "my_add", LocalExplosion::apply(x), x);
-    std::string msg;
-    try {
-      ctx.backward({y.sum()});
-    } catch (const AutogradError& e) {
-      msg = e.what();
-    }
+    auto msg = error_of<AutogradError>([&] { ctx.backward({y.sum()}); });
     CHECK(msg.find("worker worker0: backward pass in autograd context") != std::string::npos);
     CHECK(msg.find("local backward exploded") != std::string::npos);
   }
@@ -313,12 +305,7 @@ TEST_CASE("a gradient that is not answered within the pass's timeout fails the p
     // worker1's part is stuck in user code for 3 s; the pass allows 300 ms.
     auto y = world[0].rpc_sync<torch::Tensor>("worker1", "slow_backward", x, int64_t(3000));
     auto started = std::chrono::steady_clock::now();
-    std::string msg;
-    try {
-      ctx.backward({y.sum()}, false, Timeout{milliseconds(300)});
-    } catch (const RpcError& e) {
-      msg = e.what();
-    }
+    auto msg = error_of([&] { ctx.backward({y.sum()}, false, Timeout{milliseconds(300)}); });
     auto waited = std::chrono::steady_clock::now() - started;
     CHECK(msg.find("worker worker1 did not answer the gradients sent to it") != std::string::npos);
     CHECK(msg.find("within 300 ms") != std::string::npos);

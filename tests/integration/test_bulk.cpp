@@ -9,8 +9,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <functional>
-#include <thread>
 
 #include <ATen/ATen.h>
 
@@ -31,11 +29,8 @@ uint64_t bulk_received(Worker& w) { return w.runtime().stats.bulk_received.load(
 
 // A link's writer thread counts a send after the receiver's answer, which on
 // one host can come after the call's reply has arrived: counters are checked
-// once they settle (bounded wait), not at the instant the call returns.
-bool eventually(const std::function<bool()>& cond) {
-  for (int i = 0; i < 300 && !cond(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  return cond();
-}
+// once they settle (castor::test::eventually), not at the instant the call
+// returns.
 
 }  // namespace
 

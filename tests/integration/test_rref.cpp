@@ -14,6 +14,7 @@
 using namespace castor;
 using castor::test::bounded;
 using castor::test::LocalWorld;
+using castor::test::eventually;
 using std::chrono::milliseconds;
 
 namespace {
@@ -31,15 +32,6 @@ std::string error_of(F&& f) {
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Polls `f` until true or `limit` passes.
-template <class F>
-bool eventually(F&& f, milliseconds limit = milliseconds(10000)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (f()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return f();
-}
 
 int64_t owners_on(Worker& w) { return w.rref_debug_info().at("num_owner_rrefs"); }
 }  // namespace

@@ -14,18 +14,10 @@
 using namespace castor;
 using castor::test::bounded;
 using castor::test::LocalWorld;
+using castor::test::eventually;
 using std::chrono::milliseconds;
 
 namespace {
-template <class F>
-bool eventually(F&& f, milliseconds limit = milliseconds(20000)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (f()) return true;
-    std::this_thread::sleep_for(milliseconds(10));
-  }
-  return f();
-}
 
 bool no_owner_anywhere(LocalWorld& world) {
   for (size_t i = 0; i < world.size(); ++i) {

@@ -15,18 +15,10 @@
 using namespace castor;
 using castor::test::bounded;
 using castor::test::LocalWorld;
+using castor::test::eventually;
 using std::chrono::milliseconds;
 
 namespace {
-template <class F>
-bool eventually(F&& f, milliseconds limit = milliseconds(20000)) {
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (f()) return true;
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  return f();
-}
 bool close(const torch::Tensor& a, const torch::Tensor& b) { return torch::allclose(a, b, 1e-6, 1e-6); }
 torch::Tensor twin(const torch::Tensor& t) { return t.detach().clone().requires_grad_(true); }
 bool no_context_anywhere(LocalWorld& world) {

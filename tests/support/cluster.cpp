@@ -128,4 +128,13 @@ ChildWorker::~ChildWorker() {
   }
 }
 
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return cond();
+}
+
 }  // namespace castor::test

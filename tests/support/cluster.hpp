@@ -68,4 +68,8 @@ class ChildWorker {
   int pid_ = -1;
 };
 
+/// Polls `cond` every 5 ms until it holds or `limit` has passed; returns its
+/// last value (every wait in a test is bounded).
+bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = std::chrono::milliseconds(20000));
+
 }  // namespace castor::test
