@@ -313,7 +313,9 @@ TEST_CASE("init_rpc refuses duplicates and names the ranks that never joined") {
   auto port2 = test::free_port();
   auto a = test::local_options(0, 3, port2);
   auto b = test::local_options(1, 3, port2);
-  a.init_timeout = b.init_timeout = milliseconds(800);
+  // Long enough for rank 1 to join rank 0 on a loaded machine (at 800 ms a
+  // fresh-clone run once saw rank 0 give up on both ranks).
+  a.init_timeout = b.init_timeout = milliseconds(3000);
   auto fa = std::async(std::launch::async, [&] { return error_of<TimeoutError>([&] { init_rpc(a); }); });
   auto fb = std::async(std::launch::async, [&] { return error_of<TimeoutError>([&] { init_rpc(b); }); });
   auto ea = bounded(milliseconds(20000), "init timeout", [&] { return fa.get(); });
