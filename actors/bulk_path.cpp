@@ -25,6 +25,10 @@
 
 #include "actors/errors.hpp"
 #include "actors/runtime.hpp"
+#include "actors/transport/dialer.hpp"
+#include "actors/transport/door.hpp"
+#include "actors/transport/sockets.hpp"
+#include "actors/transport/transport.hpp"
 #include "messages/rendezvous.hpp"
 #include "messages/tensor_wire.hpp"
 
@@ -46,8 +50,9 @@ namespace castor::detail {
 //      the peer's worker actor, so every handler, reply path and counter
 //      (Note [Graceful shutdown]) sees what it would see through CAF.
 //  B3. One TCP connection per ordered pair, opened by the sender on first
-//      use; its first bytes say which rank it comes from, checked against
-//      the world. A link keeps its messages in order; no protocol assumes
+//      use through the receiver's door (Note [The door]: the greeting with
+//      the cluster secret comes first); then its first bytes say which rank
+//      it comes from, checked against the world. A link keeps its messages in order; no protocol assumes
 //      order between the bulk link and CAF's link (see Note [RRef protocol]).
 //  B4. A link that cannot be opened sends nothing: the message goes through
 //      CAF as before (chunked above max_message_bytes), so the bulk path
@@ -55,8 +60,8 @@ namespace castor::detail {
 //      fails the call at once, naming the peer; a broken link is not reused.
 //  B5. Malformed frames close the link with a line naming the peer; the
 //      worker keeps serving (see Note [Hostile input]).
-//  B6. With TLS there is no bulk link: CAF 0.17 offers no TLS stream to
-//      reuse, and castor never sends plain bytes in a TLS cluster.
+//  B6. With TLS there is no bulk link (yet): castor never sends plain bytes
+//      in a TLS cluster, and the bulk links do not speak TLS.
 //  B7. Same host: when the receiver finds in the greeting that the sender
 //      runs on its machine and in its pid namespace (same boot id, same
 //      namespace), the frame carries the tensors' addresses instead of their
@@ -131,42 +136,6 @@ void tune(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
-}
-
-// Connects with a bounded wait (an unreachable host must not stall a call).
-int connect_to(const std::string& host, uint16_t port, int timeout_ms, std::string& why) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
-    why = gai_strerror(rc);
-    return -1;
-  }
-  int fd = -1;
-  for (auto* ai = res; ai && fd < 0; ai = ai->ai_next) {
-    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
-    if (fd < 0) continue;
-    int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
-    if (rc != 0 && errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      rc = ::poll(&p, 1, timeout_ms) == 1 ? 0 : -1;
-      int err = 0;
-      socklen_t len = sizeof err;
-      if (rc == 0 && (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0)) rc = -1, errno = err;
-      if (rc != 0 && errno == 0) errno = ETIMEDOUT;
-    }
-    if (rc != 0) {
-      why = std::strerror(errno);
-      ::close(fd);
-      fd = -1;
-    }
-  }
-  ::freeaddrinfo(res);
-  if (fd >= 0) {
-    ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-    tune(fd);
-  }
-  return fd;
 }
 
 // Depth-first, the order of B1 on both sides.
@@ -299,29 +268,16 @@ struct BulkPath::Link {
 };
 
 BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
-  auto fail = [&](const std::string& why) {
-    if (listen_fd_ >= 0) ::close(listen_fd_);
+  // B3: the bulk port is behind the door like every port castor listens on
+  // (Note [The door]); a connection reaches a reader only once it greeted.
+  try {
+    port_ = rt.transport->door().listen(rt.opts.host, 0, false, door::Purpose::bulk, false,
+                                        [this](Admitted a) { start_reader(a.fd); });
+  } catch (const std::exception& e) {
     throw UnreachableError(make_error(ErrorKind::Unreachable, rt.opts.name,
                                       "worker " + rt.opts.name + ": cannot open the bulk port on " + rt.opts.host +
-                                          ": " + why));
-  };
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  if (int rc = ::getaddrinfo(rt.opts.host.c_str(), "0", &hints, &res); rc != 0) fail(gai_strerror(rc));
-  listen_fd_ = ::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  if (listen_fd_ >= 0) ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  bool ok = listen_fd_ >= 0 && ::bind(listen_fd_, res->ai_addr, res->ai_addrlen) == 0 && ::listen(listen_fd_, 128) == 0;
-  ::freeaddrinfo(res);
-  if (!ok) fail(std::strerror(errno));
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-  port_ = ntohs(addr.ss_family == AF_INET ? reinterpret_cast<sockaddr_in&>(addr).sin_port
-                                          : reinterpret_cast<sockaddr_in6&>(addr).sin6_port);
-  acceptor_ = std::thread([this] { accept_loop(); });
+                                          ": " + e.what()));
+  }
 }
 
 BulkPath::~BulkPath() { stop(); }
@@ -356,8 +312,15 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
   if (link->fd >= 0) return link;
   const auto& peer = rt_.world[size_t(to)];
   std::string why;
-  int fd = connect_to(peer.host, peer.bulk_port, 3000, why);
+  auto dial_opts = rt_.transport->dial_options();
+  dial_opts.tls = nullptr;  // B6: there is no bulk link with TLS
+  auto dialed = dial(dial_opts, peer.host, peer.bulk_port, door::Purpose::bulk,
+                     net::Clock::now() + std::chrono::milliseconds(3000));
+  int fd = dialed.fd;
+  if (fd < 0) why = dialed.error;
   if (fd >= 0) {
+    net::set_nonblocking(fd, false);
+    tune(fd);
     std::vector<char> hello;
     put(hello, kMagic);
     put(hello, int32_t(rt_.rank));
@@ -508,37 +471,37 @@ bool BulkPath::try_send(WorkerId to, CallReply& msg) {
   return push(to, kReply, msg.id, {&msg.result}, [&msg] { return envelope_of(msg); });
 }
 
-void BulkPath::accept_loop() {
-  for (;;) {
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      return;  // stop() shut the socket down
+// On the door's thread, for each admitted bulk connection.
+void BulkPath::start_reader(int fd) {
+  net::set_nonblocking(fd, false);
+  tune(fd);
+  std::lock_guard<std::mutex> lock(mtx_);
+  // Readers whose connection ended: join them and close their sockets, so
+  // that reconnecting peers do not pile up threads and fds.
+  for (auto it = readers_.begin(); it != readers_.end();) {
+    if (!it->done->load()) {
+      ++it;
+      continue;
     }
-    tune(fd);
-    std::lock_guard<std::mutex> lock(mtx_);
-    if (stopping_) {
-      ::close(fd);
-      return;
-    }
-    // Readers whose connection ended: join them and close their sockets, so
-    // that scanners or reconnecting peers do not pile up threads and fds.
-    for (auto it = readers_.begin(); it != readers_.end();) {
-      if (!it->done->load()) {
-        ++it;
-        continue;
-      }
-      it->thread.join();
-      ::close(it->fd);
-      it = readers_.erase(it);
-    }
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    readers_.push_back(Reader{std::thread([this, fd, done] {
-                                read_loop(fd);
-                                done->store(true);
-                              }),
-                              fd, done});
+    it->thread.join();
+    ::close(it->fd);
+    it = readers_.erase(it);
   }
+  // A peer opens one link to us; a cluster without a secret lets strangers
+  // greet, so they may not take more threads than the world's links.
+  if (stopping_ || readers_.size() >= 2 * size_t(rt_.opts.world_size) + 8) {
+    if (!stopping_)
+      std::fprintf(stderr, "castor[%s]: closed a bulk link from %s: %zu links are open already\n",
+                   rt_.name.c_str(), net::peer_address(fd).c_str(), readers_.size());
+    ::close(fd);
+    return;
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  readers_.push_back(Reader{std::thread([this, fd, done] {
+                              read_loop(fd);
+                              done->store(true);
+                            }),
+                            fd, done});
 }
 
 void BulkPath::read_loop(int fd) {
@@ -553,6 +516,10 @@ void BulkPath::read_loop(int fd) {
   int32_t from = -1;
   int32_t pid = 0;
   uint32_t id_len = 0;
+  // The greeting of B3 comes at once or not at all: a silent peer must not
+  // hold this thread.
+  timeval limit{kGreetingLimitSeconds, 0}, none{0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   if (!read_all(fd, &magic, 4) || !read_all(fd, &from, 4) || !read_all(fd, &version, 4)) return drop("no greeting");
   if (magic != kMagic) return drop("not a castor bulk link");
   if (!read_all(fd, &pid, 4) || !read_all(fd, &id_len, 4) || id_len > 4096) return drop("no greeting");
@@ -582,6 +549,7 @@ void BulkPath::read_loop(int fd) {
     return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   char answer = same_host ? kSameHost : kOtherHost;
   if (!write_all(fd, &answer, 1)) return drop("closed during the greeting");
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   auto sender = rt_.peer_handles[size_t(from)];
   for (;;) {
     uint8_t type = 0, mode = 0;
@@ -670,7 +638,6 @@ void BulkPath::stop() {
   {
     std::lock_guard<std::mutex> lock(mtx_);
     if (stopping_.exchange(true)) return;
-    if (listen_fd_ >= 0) ::shutdown(listen_fd_, SHUT_RDWR);
     for (auto& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
     for (auto& l : links_) {
       if (!l) continue;
@@ -679,14 +646,12 @@ void BulkPath::stop() {
       l->cv.notify_all();
     }
   }
-  if (acceptor_.joinable()) acceptor_.join();
   for (auto& l : links_)
     if (l && l->writer.joinable()) l->writer.join();
   for (auto& r : readers_) r.thread.join();
   for (auto& l : links_)
     if (l && l->fd >= 0) ::close(l->fd);
   for (auto& r : readers_) ::close(r.fd);
-  if (listen_fd_ >= 0) ::close(listen_fd_);
 }
 
 }  // namespace castor::detail

@@ -46,7 +46,7 @@ class BulkPath {
  private:
   struct Outgoing;
   struct Link;
-  void accept_loop();
+  void start_reader(int fd);
   void read_loop(int fd);
   Link* link_to(WorkerId to);
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
@@ -54,10 +54,8 @@ class BulkPath {
   static Outgoing frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
 
   Runtime& rt_;
-  int listen_fd_ = -1;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::thread acceptor_;
   std::mutex mtx_;
   std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
   struct Reader {

@@ -9,7 +9,6 @@
 
 #include "actors/errors.hpp"
 #include "actors/thread_context.hpp"
-#include "actors/tls.hpp"
 #include "messages/type_registry.hpp"
 
 namespace castor::detail {
@@ -28,7 +27,6 @@ class CafThreadMarker : public caf::thread_hook {
 std::unique_ptr<caf::actor_system_config> make_caf_config(const WorkerOptions& opts) {
   auto cfg = std::make_unique<caf::actor_system_config>();
   cfg->load<caf::io::middleman>();
-  configure_tls(*cfg, opts.tls);  // after the middleman: CAF's OpenSSL module needs it
   register_message_types(*cfg);
   cfg->add_thread_hook<CafThreadMarker>();
   cfg->set("scheduler.policy", caf::atom("sharing"));

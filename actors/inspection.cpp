@@ -8,7 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/bulk_path.hpp"
 #include "actors/runtime.hpp"
+#include "actors/transport/transport.hpp"
 
 namespace castor::detail {
 
@@ -73,7 +75,19 @@ json snapshot(Runtime& rt) {
   calls["messages_sent"] = rt.counters.sent.load();
   calls["messages_received"] = rt.counters.received.load();
 
+  // Note [The door]: what came to this worker's ports and was turned away.
+  if (rt.transport) {
+    auto d = rt.transport->counts();
+    auto& door = out["door"] = json::object();
+    door["authenticated"] = rt.transport->authenticated();
+    door["tls"] = rt.transport->tls();
+    door["admitted"] = d.admitted;
+    auto& refused = door["refused"] = json::object();
+    for (size_t i = 0; i < kNumRefusals; ++i) refused[to_string(Refusal(i))] = d.refused[i];
+  }
+
   out["bulk"] = {{"enabled", rt.bulk != nullptr},
+                 {"port", rt.bulk ? rt.bulk->port() : 0},
                  {"messages_sent", rt.stats.bulk_sent.load()},
                  {"tensor_bytes_sent", rt.stats.bulk_bytes_sent.load()},
                  {"messages_received", rt.stats.bulk_received.load()},
@@ -158,6 +172,13 @@ std::string prometheus_text(Runtime& rt) {
       << '\n';
   out << "castor_bulk_tensor_bytes_total{" << w << ",direction=\"received\"} "
       << s["bulk"]["tensor_bytes_received"].get<uint64_t>() << '\n';
+  if (s.contains("door")) {
+    metric("door_admitted_total", "counter", "Connections that passed the door (Note [The door]).");
+    out << "castor_door_admitted_total{" << w << "} " << s["door"]["admitted"].get<uint64_t>() << '\n';
+    metric("door_refused_total", "counter", "Connections the door closed, by cause.");
+    for (auto& [cause, n] : s["door"]["refused"].items())
+      out << "castor_door_refused_total{" << w << ",cause=\"" << cause << "\"} " << n.get<uint64_t>() << '\n';
+  }
   metric("call_latency_microseconds", "summary", "Round trips of this worker's calls, by kind.");
   for (auto& [kind, h] : s["latency_us"].items()) {
     auto lk = w + ",kind=\"" + kind + "\"";

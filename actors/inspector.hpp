@@ -35,10 +35,12 @@ namespace castor {
 /// Client side of inspection (castor inspect): a connection to one worker.
 class InspectionClient {
  public:
-  /// Connects to the worker listening at host:port (its castor port) and
-  /// finds its inspector. `tls`: the cluster's TLS files, when it uses TLS.
-  /// Throws RpcError naming the address and the cause.
-  InspectionClient(const std::string& host, uint16_t port, const TlsOptions& tls, std::chrono::milliseconds timeout);
+  /// Connects to the worker listening at host:port (its castor port)
+  /// through its door (Note [The door]) and finds its inspector. `tls`: the
+  /// cluster's TLS files, when it uses TLS; `secret`: the cluster secret,
+  /// when it has one. Throws RpcError naming the address and the cause.
+  InspectionClient(const std::string& host, uint16_t port, const TlsOptions& tls, const std::string& secret,
+                   std::chrono::milliseconds timeout);
   ~InspectionClient();
   InspectionClient(const InspectionClient&) = delete;
   InspectionClient& operator=(const InspectionClient&) = delete;

@@ -11,14 +11,12 @@
 #include <cstdlib>
 #include <thread>
 
-#include <caf/io/middleman.hpp>
-#include <caf/openssl/publish.hpp>
-#include <caf/openssl/remote_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 
 #include "actors/errors.hpp"
-#include "actors/tls.hpp"
+#include "actors/transport/caf_links.hpp"
+#include "actors/transport/transport.hpp"
 
 namespace castor::detail {
 namespace {
@@ -60,29 +58,31 @@ milliseconds left_until(std::chrono::steady_clock::time_point deadline) {
   return d.count() > 0 ? d : milliseconds(1);
 }
 
-// Connects to a published worker, retrying until `deadline` (the peer may
-// not be listening yet when every rank starts at once).
+// Connects to a worker through its door (Note [The door]), retrying until
+// `deadline` while nobody listens there yet (every rank may start at once).
 worker_peer connect_with_retry(Runtime& rt, const std::string& host, uint16_t port,
                                std::chrono::steady_clock::time_point deadline, const std::string& what) {
   auto pause = milliseconds(20);
   int refused_handshakes = 0;
+  auto where = what + " at " + host + ":" + std::to_string(port);
+  auto ifs = rt.system->message_types<worker_peer>();
   for (;;) {
-    auto h = rt.opts.tls.enabled() ? caf::openssl::remote_actor<worker_peer>(*rt.system, host, port)  // Note [TLS]
-                                   : rt.system->middleman().remote_actor<worker_peer>(host, port);
-    if (h) return *h;
-    // A TLS peer that accepts the connection and then drops the handshake,
-    // again and again, does not accept our certificate (or we not its):
-    // waiting out the init timeout would not change that.
-    refused_handshakes = h.error() == caf::sec::disconnect_during_handshake ? refused_handshakes + 1 : 0;
-    if (rt.opts.tls.enabled() && refused_handshakes >= 3)
+    auto link = connect_actor(*rt.system, rt.transport->dial_options(), host, port, ifs, deadline);
+    if (link.actor) return caf::actor_cast<worker_peer>(std::move(link.actor));
+    // A door that refuses our greeting, or something else listening there,
+    // will not change its mind before the init timeout.
+    if (link.failure == DialFailure::refused || link.failure == DialFailure::not_castor)
+      fail(rt.name, ErrorKind::Unreachable, "cannot reach " + where + ": " + link.error);
+    // A TLS peer that drops the handshake again and again does not accept
+    // our certificate (or we not its): waiting would not change that.
+    refused_handshakes = link.failure == DialFailure::tls ? refused_handshakes + 1 : 0;
+    if (refused_handshakes >= 3)
       fail(rt.name, ErrorKind::Unreachable,
-           "cannot reach " + what + " at " + host + ":" + std::to_string(port) + ": the TLS handshake failed " +
-               std::to_string(refused_handshakes) + " times (" + rt.system->render(h.error()) +
-               "); are both certificates signed by the cluster CA?");
+           "cannot reach " + where + ": " + link.error + " (" + std::to_string(refused_handshakes) +
+               " times in a row); are both certificates signed by the cluster CA?");
     if (std::chrono::steady_clock::now() + pause >= deadline)
       fail(rt.name, ErrorKind::Unreachable,
-           "cannot reach " + what + " at " + host + ":" + std::to_string(port) + " within " +
-               std::to_string(rt.opts.init_timeout.count()) + " ms: " + rt.system->render(h.error()));
+           "cannot reach " + where + " within " + std::to_string(rt.opts.init_timeout.count()) + " ms: " + link.error);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(250));
   }
@@ -105,6 +105,7 @@ WorkerOptions resolve_options(WorkerOptions o) {
   if (o.world_size < 0) o.world_size = std::atoi(env_or("WORLD_SIZE", "-1").c_str());
   if (o.master.host.empty()) o.master.host = env_or("MASTER_ADDR", "");
   if (o.master.port == 0) o.master.port = uint16_t(std::atoi(env_or("MASTER_PORT", "0").c_str()));
+  if (o.secret.empty()) o.secret = env_or("CASTOR_SECRET", "");  // Note [The door]
   if (o.name.empty() && o.rank >= 0) o.name = "worker" + std::to_string(o.rank);
   std::string who = o.name.empty() ? "?" : o.name;
   if (o.world_size <= 0) fail(who, ErrorKind::Lookup, "world_size is not set (WorkerOptions::world_size or WORLD_SIZE)");
@@ -222,11 +223,6 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
 
 void join_world(Runtime& rt) {
   auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
-  auto& mm = rt.system->middleman();
-  auto me = caf::actor_cast<worker_peer>(rt.actor);
-  // SO_REUSEADDR on every rank: a fixed port (a cluster file's) must be
-  // usable again while the last job's connections on it are in TIME_WAIT;
-  // Linux still refuses a second listener on a port that is in use.
   if (!rt.opts.cluster.empty()) {  // J2 of Note [Masterless join]
     if (rt.opts.cluster.size() != size_t(rt.opts.world_size))
       fail(rt.name, ErrorKind::Lookup,
@@ -239,15 +235,19 @@ void join_world(Runtime& rt) {
       rt.rank_by_name[m.name] = WorkerId(r);
     }
   }
-  auto published = rt.opts.tls.enabled()  // Note [TLS]: every link verified, or none is TLS
-                       ? caf::openssl::publish(me, rt.opts.port, rt.opts.host.c_str(), true)
-                       : mm.publish(me, rt.opts.port, rt.opts.host.c_str(), true);
-  if (!published)
+  // Note [The door]: peers reach the worker actor only through the door
+  // (and with TLS, only over TLS: Note [TLS]). serve_actor listens with
+  // SO_REUSEADDR on every rank: a fixed port (a cluster file's) must be
+  // usable again while the last job's connections on it are in TIME_WAIT;
+  // Linux still refuses a second listener on a port that is in use.
+  try {
+    rt.opts.port = serve_actor(*rt.system, rt.transport->door(), rt.opts.host, rt.opts.port, rt.transport->tls(),
+                               caf::actor_cast<caf::strong_actor_ptr>(rt.actor),
+                               rt.system->message_types<worker_peer>());
+  } catch (const std::exception& e) {
     fail(rt.name, ErrorKind::Unreachable,
-         "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " +
-             rt.system->render(published.error()));
-  rt.opts.port = *published;
-  if (rt.opts.tls.enabled()) remember_tls_listener(rt.opts.port, rt.name);  // Note [Refused TLS peers]
+         "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " + e.what());
+  }
   if (!rt.opts.cluster.empty()) return join_masterless(rt, deadline);  // Note [Masterless join]
 
   worker_peer master = rt.rank == 0 ? caf::actor_cast<worker_peer>(rt.actor)

@@ -7,6 +7,7 @@
 
 #include "actors/bulk_path.hpp"
 #include "actors/inspector.hpp"
+#include "actors/transport/transport.hpp"
 #include "actors/worker.hpp"
 
 namespace castor::detail {
@@ -16,8 +17,10 @@ Runtime::Runtime(WorkerOptions o) : opts(std::move(o)) {}
 Runtime::~Runtime() { teardown(); }
 
 void Runtime::teardown() {
-  // Teardown order: no user code left (executor), then the actors, then the
-  // actor system (which waits for them), then its config.
+  // Teardown order: nobody new at the door (its thread hands connections to
+  // the actor system), no user code left (executor), then the actors, then
+  // the actor system (which waits for them), then its config.
+  if (transport) transport->stop();
   if (executor) executor->stop();
   if (bulk) bulk->stop();  // its readers deliver to the actor: stop them first
   if (rrefs) rrefs->stop();

@@ -34,6 +34,7 @@ class Worker;
 namespace castor::detail {
 
 class BulkPath;
+class Transport;
 
 /// Counters for termination detection (see Note [Graceful shutdown] in
 /// actors/shutdown.cpp). Written by the actor and by executor threads.
@@ -65,6 +66,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::unique_ptr<RRefHooks> rrefs;             // the rref/ layer (install_layers)
   std::unique_ptr<AutogradHooks> autograd;      // the engine/ layer (install_layers)
   std::function<bool(const std::string&)> class_known;  // for error messages
+  std::unique_ptr<Transport> transport;  // Note [The door]: every port this worker listens on
   std::unique_ptr<BulkPath> bulk;  // Note [Bulk path]; none with TLS or bulk_threshold 0
   caf::actor inspector;       // answers castor inspect (actors/inspector.cpp)
   caf::actor metrics_server;  // the optional metrics port

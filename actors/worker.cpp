@@ -14,7 +14,8 @@
 #include "actors/rendezvous.hpp"
 #include "actors/runtime.hpp"
 #include "actors/thread_context.hpp"
-#include "actors/tls.hpp"
+#include "actors/transport/tls.hpp"
+#include "actors/transport/transport.hpp"
 #include "messages/tensor_wire.hpp"
 
 namespace castor {
@@ -64,7 +65,6 @@ Worker::~Worker() {
 Worker init_rpc(WorkerOptions opts) {
   opts = detail::resolve_options(std::move(opts));
   detail::check_tls(opts);  // Note [TLS]: bad files are reported before anything starts
-  if (!opts.tls.enabled()) detail::note_unauthenticated_links(opts.name);
   auto& registry = detail::FunctionRegistry::instance();
   if (!registry.problems().empty())
     throw LookupError(ErrorInfo{ErrorKind::Lookup, opts.name, "init_rpc(" + opts.name + "): " + registry.problems().front()});
@@ -75,6 +75,8 @@ Worker init_rpc(WorkerOptions opts) {
   rt->transfer_ids.reset(rt->rank);
   rt->peer_dead.reset(new std::atomic<bool>[size_t(opts.world_size)]);
   for (int r = 0; r < opts.world_size; ++r) rt->peer_dead[size_t(r)] = false;
+  rt->transport = std::make_unique<detail::Transport>(opts.name, opts.secret, opts.tls, opts.greeting_timeout);
+  detail::note_link_security(opts.name, rt->transport->authenticated(), rt->transport->tls());
   rt->cfg = detail::make_caf_config(rt->opts);
   rt->system = std::make_unique<caf::actor_system>(*rt->cfg);
   rt->view.reset(new Worker(rt, false));

@@ -90,8 +90,19 @@ struct WorkerOptions {
   /// Tests only: drop, delay, duplicate or reorder control messages.
   FaultInjection faults;
 
-  /// TLS: none by default (castor then says once that links are unauthenticated).
+  /// TLS: none by default (castor then says once how its links are protected).
   TlsOptions tls;
+
+  /// The cluster secret (Note [The door] in actors/transport/door.cpp): a
+  /// connection to any port of this worker is handed on only after it proved
+  /// it holds the same secret. Every worker of a world needs the same one;
+  /// CASTOR_SECRET fills it when empty (castor run sets it for its jobs).
+  /// Empty everywhere: the door still keeps out all that is not castor, but
+  /// not a stranger who speaks castor's greeting.
+  std::string secret;
+  /// How long a connection may take to pass the door (greeting and TLS
+  /// handshake), on both sides.
+  std::chrono::milliseconds greeting_timeout{5000};
 
   /// Prometheus text on http://metrics_host:metrics_port/metrics; 0: off.
   /// metrics_host defaults to `host`.

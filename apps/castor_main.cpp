@@ -1,6 +1,7 @@
 // castor: the command. `castor demo` runs the main job on local workers;
 // `castor run <app>` runs any app on local worker processes.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "apps/common/local_launch.hpp"
 #include "apps/inspect.hpp"
 #include "apps/launch.hpp"
+#include "actors/transport/transport.hpp"
 
 namespace {
 
@@ -26,6 +28,7 @@ const char* kUsage =
     "  launch <cluster.json> [--local]   start the cluster file's workers that live on this host\n"
     "  worker --config <cluster.json> --name <worker>   run one worker of a cluster file\n"
     "  inspect <host:port> [--json] [--watch]   show what a running worker holds (--help for more)\n"
+    "  secret                     print a fresh cluster secret (for a cluster file's \"secret\")\n"
     "  --help                     this text\n";
 
 int list_apps() {
@@ -67,6 +70,10 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
     return 2;
   }
   auto port = free_local_port();
+  // Note [The door]: the job's own secret, known only to its processes (the
+  // environment of a process is readable by its user alone).
+  const char* given = std::getenv("CASTOR_SECRET");
+  auto secret = given && *given ? std::string(given) : castor::detail::make_cluster_secret();
   std::vector<ProcessSpec> specs;
   for (int r = 0; r < workers; ++r) {
     ProcessSpec s;
@@ -76,7 +83,8 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
     s.env = {{"MASTER_ADDR", "127.0.0.1"},
              {"MASTER_PORT", std::to_string(port)},
              {"RANK", std::to_string(r)},
-             {"WORLD_SIZE", std::to_string(workers)}};
+             {"WORLD_SIZE", std::to_string(workers)},
+             {"CASTOR_SECRET", secret}};
     specs.push_back(std::move(s));
   }
   auto result = run_processes(specs);
@@ -109,6 +117,10 @@ int main(int argc, char** argv) {
   if (cmd == "launch") return launch_command(rest);
   if (cmd == "worker") return worker_command(rest);
   if (cmd == "inspect") return inspect_command(rest);
+  if (cmd == "secret") {
+    std::printf("%s\n", castor::detail::make_cluster_secret().c_str());
+    return 0;
+  }
   if (cmd == "run") {
     if (rest.empty()) {
       std::fprintf(stderr, "castor run: which app? (see `castor apps`)\n");

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -20,13 +22,14 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: castor inspect <host:port | worker name> [--config cluster.json] [--json] [--watch]\n"
-    "                      [--interval S] [--count N] [--timeout-ms MS]\n"
+    "usage: castor inspect <host:port | worker name> [--config cluster.json] [--secret-file F] [--json]\n"
+    "                      [--watch] [--interval S] [--count N] [--timeout-ms MS]\n"
     "  Shows a running worker: the workers it knows and whether they are alive, the RRefs it\n"
     "  owns, forks awaiting confirmation, autograd contexts, calls in flight, messages by type,\n"
-    "  call latencies and its executor. --config takes TLS files (and worker names) from a\n"
-    "  cluster file. --watch redraws every --interval seconds (default 1) until interrupted\n"
-    "  or --count snapshots were shown.\n";
+    "  call latencies and its executor. --config takes TLS files, the cluster secret (and worker\n"
+    "  names) from a cluster file; otherwise the secret comes from --secret-file or CASTOR_SECRET.\n"
+    "  --watch redraws every --interval seconds (default 1) until interrupted or --count\n"
+    "  snapshots were shown.\n";
 
 constexpr size_t kMaxRows = 20;
 
@@ -60,6 +63,7 @@ struct Target {
   std::string host;
   uint16_t port = 0;
   TlsOptions tls;
+  std::string secret;  // Note [The door]
 };
 
 // "host:port", or a worker's name in the cluster file.
@@ -69,6 +73,7 @@ Target resolve(const std::string& what, const std::string& config_path) {
   if (!config_path.empty()) {
     file = config::load_cluster_file(config_path);
     t.tls = file->workers.front().tls;
+    t.secret = file->shared.secret;
   }
   auto colon = what.rfind(':');
   if (colon != std::string::npos && colon + 1 < what.size() &&
@@ -155,6 +160,20 @@ std::string render_inspection(const std::string& snapshot_json) {
     out += row("  %-8s %10llu %10.0f %10.0f %10.0f %10.0f", kind.c_str(), (unsigned long long)h["count"].get<uint64_t>(),
                h["mean"].get<double>(), h["p50"].get<double>(), h["p90"].get<double>(), h["p99"].get<double>());
 
+  if (s.contains("door")) {
+    auto& d = s["door"];
+    std::string refused;
+    uint64_t total = 0;
+    for (auto& [cause, n] : d["refused"].items())
+      if (n.get<uint64_t>() > 0) {
+        refused += (refused.empty() ? "" : ", ") + cause + " " + std::to_string(n.get<uint64_t>());
+        total += n.get<uint64_t>();
+      }
+    out += row("\nDOOR  admitted %llu  refused %llu%s  secret %s  tls %s", (unsigned long long)d["admitted"].get<uint64_t>(),
+               (unsigned long long)total, refused.empty() ? "" : (" (" + refused + ")").c_str(),
+               d["authenticated"].get<bool>() ? "yes" : "no", d["tls"].get<bool>() ? "yes" : "no");
+  }
+
   if (s.contains("executor")) {
     auto& e = s["executor"];
     out += row("\nEXECUTOR  queued %llu  running %llu  threads %llu (idle %llu, blocked in nested calls %llu)",
@@ -166,7 +185,7 @@ std::string render_inspection(const std::string& snapshot_json) {
 }
 
 int inspect_command(const std::vector<std::string>& args) {
-  std::string what, config_path;
+  std::string what, config_path, secret_file;
   bool as_json = false, watch = false;
   double interval_s = 1;
   long count = 0;  // 0: until interrupted
@@ -194,6 +213,8 @@ int inspect_command(const std::vector<std::string>& args) {
         timeout_ms = std::stol(value());
       } else if (a == "--config") {
         config_path = value();
+      } else if (a == "--secret-file") {
+        secret_file = value();
       } else if (!a.empty() && a[0] == '-') {
         throw std::invalid_argument("unknown flag " + a);
       } else if (what.empty()) {
@@ -205,12 +226,23 @@ int inspect_command(const std::vector<std::string>& args) {
     if (what.empty()) throw std::invalid_argument("which worker? give host:port");
     if (interval_s <= 0 || timeout_ms <= 0 || count < 0) throw std::invalid_argument("--interval, --timeout-ms and --count must be positive");
     target = resolve(what, config_path);
+    if (!secret_file.empty()) {
+      std::ifstream in(secret_file);
+      if (!in) throw std::invalid_argument("cannot read the secret file " + secret_file);
+      std::stringstream text;
+      text << in.rdbuf();
+      target.secret = text.str();
+      auto first = target.secret.find_first_not_of(" \t\r\n"), last = target.secret.find_last_not_of(" \t\r\n");
+      target.secret = first == std::string::npos ? "" : target.secret.substr(first, last - first + 1);
+    } else if (const char* env = std::getenv("CASTOR_SECRET"); target.secret.empty() && env) {
+      target.secret = env;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor inspect: %s\n%s", e.what(), kUsage);
     return 2;
   }
   try {
-    InspectionClient client(target.host, target.port, target.tls, std::chrono::milliseconds(timeout_ms));
+    InspectionClient client(target.host, target.port, target.tls, target.secret, std::chrono::milliseconds(timeout_ms));
     for (long shown = 0;; ) {
       auto snap = client.snapshot();
       if (watch && !as_json) std::printf("\033[H\033[2J");  // redraw in place, like top

@@ -1,8 +1,10 @@
 #include "apps/launch.hpp"
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
+#include "actors/transport/transport.hpp"
 #include "actors/worker.hpp"
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
@@ -98,6 +100,13 @@ int launch_command(const std::vector<std::string>& args) {
       s.argv = {self_executable(), "worker", "--config", absolute, "--name", w.name};
       if (local) s.argv.push_back("--local");
       specs.push_back(std::move(s));
+    }
+    // Note [The door]: a launcher that starts every worker of a file without
+    // a secret makes one for this job; workers on other hosts could not know it.
+    const char* given = std::getenv("CASTOR_SECRET");
+    if (file.shared.secret.empty() && specs.size() == file.workers.size() && !(given && *given)) {
+      auto secret = detail::make_cluster_secret();
+      for (auto& s : specs) s.env["CASTOR_SECRET"] = secret;
     }
     if (specs.empty()) {
       std::fprintf(stderr, "castor launch: no worker of %s lives on this host (%s); --local starts them all here\n",

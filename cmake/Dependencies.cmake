@@ -4,21 +4,19 @@ include_guard(GLOBAL)
 find_package(Threads REQUIRED)
 find_package(Torch REQUIRED)
 find_package(ZLIB REQUIRED)
-find_package(OpenSSL REQUIRED)  # TLS file checks; CAF's OpenSSL module links it too
+find_package(OpenSSL REQUIRED)  # TLS (castor's own sessions) and the door's HMAC
 find_package(nlohmann_json 3 REQUIRED)
 
 # CAF 0.17 ships no CMake package: find the libraries and headers directly.
 find_path(CASTOR_CAF_INCLUDE_DIR caf/all.hpp REQUIRED)
 find_library(CASTOR_CAF_CORE caf_core REQUIRED)
 find_library(CASTOR_CAF_IO caf_io REQUIRED)
-find_library(CASTOR_CAF_OPENSSL caf_openssl REQUIRED)
 
 if(NOT TARGET castor_deps)
   add_library(castor_deps INTERFACE)
   target_include_directories(castor_deps SYSTEM INTERFACE ${CASTOR_CAF_INCLUDE_DIR})
-  # Link order matters: caf_io and caf_openssl before caf_core.
+  # Link order matters: caf_io before caf_core.
   target_link_libraries(castor_deps INTERFACE
-    ${CASTOR_CAF_OPENSSL} ${CASTOR_CAF_IO} ${CASTOR_CAF_CORE}
-    ${TORCH_LIBRARIES} OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB nlohmann_json::nlohmann_json Threads::Threads
-    ${CMAKE_DL_LIBS})  # dlsym: Note [Refused TLS peers]
+    ${CASTOR_CAF_IO} ${CASTOR_CAF_CORE}
+    ${TORCH_LIBRARIES} OpenSSL::SSL OpenSSL::Crypto ZLIB::ZLIB nlohmann_json::nlohmann_json Threads::Threads)
 endif()

@@ -81,7 +81,7 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
   r.warn_unknown(o, "options",
                  {"rpc_timeout_ms", "init_timeout_ms", "num_worker_threads", "eager_worker_threads", "max_worker_threads", "intra_op_threads",
                   "autograd_mode", "max_message_bytes", "bulk_threshold_bytes", "bulk_same_host", "heartbeat_ms", "connection_timeout_ms", "caf_config_file",
-                  "caf"});
+                  "greeting_timeout_ms", "caf"});
   if (o.contains("rpc_timeout_ms"))
     opts.rpc_timeout = std::chrono::milliseconds(r.integer(o["rpc_timeout_ms"], "options.rpc_timeout_ms", 1, kMaxMs));
   if (o.contains("init_timeout_ms"))
@@ -116,6 +116,9 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
       r.fail("options.bulk_same_host", "expected true or false, got " + Reader::describe(o["bulk_same_host"]));
     opts.bulk_same_host = o["bulk_same_host"].get<bool>();
   }
+  if (o.contains("greeting_timeout_ms"))
+    opts.greeting_timeout =
+        std::chrono::milliseconds(r.integer(o["greeting_timeout_ms"], "options.greeting_timeout_ms", 1, kMaxMs));
   if (o.contains("max_message_bytes"))
     opts.max_message_bytes =
         size_t(r.integer(o["max_message_bytes"], "options.max_message_bytes", 4096, int64_t(1) << 31));
@@ -181,6 +184,36 @@ ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::str
   return out;
 }
 
+// The cluster secret (Note [The door]): inline, or the contents of a file
+// (whitespace at the ends dropped), never both.
+std::string read_secret(Reader& r, const json& root) {
+  if (root.contains("secret") && root.contains("secret_file"))
+    r.fail("secret", "give \"secret\" or \"secret_file\", not both");
+  std::string secret, field = root.contains("secret_file") ? "secret_file" : "secret";
+  if (root.contains("secret")) {
+    secret = r.string(root["secret"], "secret");
+  } else if (root.contains("secret_file")) {
+    auto path = r.file_path(root["secret_file"], "secret_file");
+    std::ifstream in(path);
+    if (!in) r.fail("secret_file", "cannot read " + path);
+    std::stringstream text;
+    text << in.rdbuf();
+    secret = text.str();
+    auto first = secret.find_first_not_of(" \t\r\n"), last = secret.find_last_not_of(" \t\r\n");
+    secret = first == std::string::npos ? "" : secret.substr(first, last - first + 1);
+    auto perms = std::filesystem::status(path).permissions();
+    if ((perms & (std::filesystem::perms::group_read | std::filesystem::perms::others_read)) !=
+        std::filesystem::perms::none)
+      r.warnings.push_back(path + ": the cluster secret is readable by other users (chmod 600 it)");
+  } else {
+    return "";
+  }
+  if (secret.size() < 16)
+    r.fail(field, "a cluster secret needs at least 16 characters (`castor secret` prints a fresh one), got " +
+                      std::to_string(secret.size()));
+  return secret;
+}
+
 }  // namespace
 
 const ClusterWorker& ClusterFile::worker(const std::string& name) const {
@@ -215,7 +248,7 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
     r.fail("", std::string("not valid JSON: ") + e.what());
   }
   if (!root.is_object()) r.fail("", "expected a JSON object at the top, got " + Reader::describe(root));
-  r.warn_unknown(root, "", {"app", "args", "workers", "options", "tls"});
+  r.warn_unknown(root, "", {"app", "args", "workers", "options", "tls", "secret", "secret_file"});
   ClusterFile out;
   out.path = path;
   std::string app = root.contains("app") ? r.string(root["app"], "app") : "";
@@ -227,6 +260,7 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
   TlsOptions tls = root.contains("tls") ? read_tls(r, root["tls"], "tls", TlsOptions{}) : TlsOptions{};
   for (size_t i = 0; i < workers.size(); ++i) out.workers.push_back(read_worker(r, workers[i], i, app, args, tls));
   if (root.contains("options")) read_options(r, root["options"], out.shared);
+  out.shared.secret = read_secret(r, root);
 
   // Names, ranks and addresses are unique; ranks are 0..n-1.
   std::set<std::string> names, addresses;

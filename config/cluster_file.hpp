@@ -11,16 +11,20 @@
 //        "metrics_port": 9464}                                  // optional: Prometheus text
 //     ],
 //     "tls": {"certificate": "certs/node.pem", "key": "certs/node.key", "ca": "certs/ca.pem"},
+//     "secret_file": "cluster.secret",                          // or "secret": "..." (at least 16 characters)
 //     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "num_worker_threads": 16,
 //                 "eager_worker_threads": 0, "max_worker_threads": 256, "intra_op_threads": 0,
 //                 "autograd_mode": "smart",
 //                 "max_message_bytes": 1073741824, "bulk_threshold_bytes": 262144, "bulk_same_host": true,
-//                 "heartbeat_ms": 0, "connection_timeout_ms": 30000,
+//                 "heartbeat_ms": 0, "connection_timeout_ms": 30000, "greeting_timeout_ms": 5000,
 //                 "caf_config_file": "caf-application.ini", "caf": {"scheduler.max-threads": 2}}
 //   }
 //
 // "tls" (certificate, key, ca, passphrase; see Note [TLS] in actors/tls.cpp)
 // is the file's default and a worker's own "tls" overrides parts of it.
+// "secret" or "secret_file" is the cluster secret every worker's door checks
+// (Note [The door] in actors/transport/door.cpp); without one, a launcher
+// that starts every worker of the file makes one for the job.
 // Ranks default to the position in "workers". With every address in the
 // file the join needs no master (Note [Masterless join]). Relative paths are
 // relative to the file's folder.
@@ -47,7 +51,7 @@ struct ClusterWorker {
 struct ClusterFile {
   std::string path;
   std::vector<ClusterWorker> workers;  // by rank
-  WorkerOptions shared;                // the "options" section
+  WorkerOptions shared;                // the "options" section, and the secret
   std::vector<std::string> warnings;   // unknown keys, each naming file and field
 
   /// The worker called `name`; throws ConfigError naming the file and the

@@ -1,45 +1,48 @@
 // Note [TLS]
 // ~~~~~~~~~~
 // With TLS configured (certificate, key and CA; WorkerOptions::tls or a
-// cluster file's "tls" section), every link of the worker -- the rendezvous
-// and every peer connection -- is published and connected through CAF's
-// OpenSSL module instead of plain BASP:
+// cluster file's "tls" section), every castor link of the worker -- the
+// rendezvous, every peer connection, castor inspect -- is TLS, run by castor
+// itself with OpenSSL (tls_session.cpp) behind the door's greeting (Note
+// [The door]), and handed to CAF as an established session (tls_scribe.cpp):
 //
 //  T1. Both sides of a link present a certificate and verify the other's
-//      against the cluster CA (CAF sets SSL_VERIFY_PEER and
-//      SSL_VERIFY_FAIL_IF_NO_PEER_CERT whenever certificate files are
-//      configured). A peer whose certificate the CA did not sign, or that
-//      has none, fails the handshake: no BASP message of it is ever read, so
-//      it cannot call anything.
-//  T2. Identity is "signed by the cluster CA": CAF 0.17 exposes no peer
-//      certificate, so castor cannot also check that a peer's certificate
-//      names the worker it claims to be. Give the CA's signature only to
-//      machines allowed to run any worker of the cluster.
-//  T3. CAF 0.17 falls back to an anonymous cipher (no certificates, no
-//      verification) when its module runs without certificate files. castor
-//      never enters that mode: a partial setting (say a CA without a
+//      against the cluster CA (SSL_VERIFY_PEER and
+//      SSL_VERIFY_FAIL_IF_NO_PEER_CERT on both sides). A peer whose
+//      certificate the CA did not sign, or that has none, fails the
+//      handshake in the door: no byte of it reaches CAF, so it cannot call
+//      anything.
+//  T2. Identity is "signed by the cluster CA", not a worker's name: give the
+//      CA's signature only to machines allowed to run any worker of the
+//      cluster.
+//  T3. There is no anonymous mode: a partial setting (say a CA without a
 //      certificate) is refused at init_rpc, and so are unreadable files, a
 //      key that does not match its certificate, or a certificate the CA did
-//      not sign. These are checked with OpenSSL before anything starts, also
-//      because CAF raises on such errors on its multiplexer thread.
-//  T4. Without TLS, links are plain TCP: castor says so once per process.
+//      not sign. These are checked with OpenSSL before anything starts.
+//  T4. Without TLS, links are plain TCP: castor says once how they are
+//      protected (by the cluster secret, or not at all).
 //  T5. A refused handshake is logged by the worker that refused it, naming
-//      the peer's address and OpenSSL's reason: Note [Refused TLS peers].
-#include "actors/tls.hpp"
+//      the peer's address and OpenSSL's reason (D5 of Note [The door]).
+//  T6. OpenSSL reports a failed call through a per-thread error queue, and
+//      SSL_get_error reads that queue first: an error one session left
+//      there makes the next call of any other session on that thread look
+//      failed. (CAF 0.17's OpenSSL module never empties it, so one refused
+//      handshake or unclean close dropped every other link of the worker.)
+//      Every castor OpenSSL call empties the queue before it runs and after
+//      it failed, so a failure ends its own link and no other.
+//  T7. No SIGPIPE: sessions write through castor's socket BIO with
+//      MSG_NOSIGNAL, so a peer that went away fails a write, not the process.
+//  T8. The bulk links (Note [Bulk path]) are off with TLS (B6).
+#include "actors/transport/tls.hpp"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/ssl.h>
 #include <openssl/x509_vfy.h>
 
-#include <atomic>
-#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <memory>
-
-#include <caf/actor_system_config.hpp>
-#include <caf/openssl/manager.hpp>
 
 #include "actors/errors.hpp"
 
@@ -102,24 +105,6 @@ void check_tls(const WorkerOptions& opts) {
   if (X509_verify_cert(check.get()) != 1)
     refuse(opts, "the certificate " + t.certificate + " is not signed by the CA " + t.ca + ": " +
                      X509_verify_cert_error_string(X509_STORE_CTX_get_error(check.get())));
-}
-
-void configure_tls(caf::actor_system_config& cfg, const TlsOptions& tls) {
-  if (!tls.enabled()) return;
-  cfg.load<caf::openssl::manager>();
-  cfg.openssl_certificate = tls.certificate;
-  cfg.openssl_key = tls.key;
-  cfg.openssl_passphrase = tls.passphrase;
-  cfg.openssl_cafile = tls.ca;
-}
-
-void note_unauthenticated_links(const std::string& worker) {
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
-  std::fprintf(stderr,
-               "castor[%s]: links are plain TCP, unauthenticated and unencrypted (no TLS configured; see "
-               "WorkerOptions::tls)\n",
-               worker.c_str());
 }
 
 }  // namespace castor::detail

@@ -1,0 +1,38 @@
+// Small POSIX socket helpers for castor's own connections (the door, the
+// bulk links): every wait bounded by a deadline, no SIGPIPE.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace castor::detail::net {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+/// Milliseconds until `d` (at least 0), for poll().
+int ms_until(Deadline d);
+
+/// A TCP connection to host:port within the deadline; the socket is
+/// non-blocking and TCP_NODELAY. -1 and `why` on failure.
+int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::string& why);
+
+/// A listening socket on host:port (0: any free port). -1 and `why` on failure.
+int listen_tcp(const std::string& host, uint16_t port, bool reuse_address, std::string& why);
+
+/// Writes / reads exactly `n` bytes on a blocking or non-blocking socket,
+/// waiting at most until `deadline`. `why` says what went wrong.
+bool send_exact(int fd, const void* data, size_t n, Deadline deadline, std::string& why);
+bool recv_exact(int fd, void* data, size_t n, Deadline deadline, std::string& why);
+
+void set_nonblocking(int fd, bool on);
+void set_nodelay(int fd);
+
+/// "10.0.0.9:51234" of the peer (or "?"); the host part alone.
+std::string peer_address(int fd);
+std::string host_part(const std::string& address);
+uint16_t local_port(int fd);
+
+}  // namespace castor::detail::net

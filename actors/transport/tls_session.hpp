@@ -1,0 +1,51 @@
+// castor's TLS sessions (Note [TLS] in actors/transport/tls.cpp): one
+// OpenSSL context per worker, sessions over castor's own sockets, driven by
+// the door (accepting), the dialer (connecting) and the TLS scribe (CAF's
+// reads and writes once a link is up).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "actors/transport/sockets.hpp"
+#include "actors/worker_options.hpp"
+
+using SSL = struct ssl_st;
+using SSL_CTX = struct ssl_ctx_st;
+
+namespace castor::detail {
+
+/// Owns an SSL session (SSL_free on destruction).
+struct SslDeleter {
+  void operator()(SSL* ssl) const;
+};
+using SslPtr = std::unique_ptr<SSL, SslDeleter>;
+
+class TlsContext {
+ public:
+  /// Loads the worker's certificate, key and CA (check_tls has vetted them);
+  /// both sides of every session verify the peer against the CA (T1).
+  /// Throws std::runtime_error with OpenSSL's reason.
+  explicit TlsContext(const TlsOptions& opts);
+  ~TlsContext();
+  TlsContext(const TlsContext&) = delete;
+  TlsContext& operator=(const TlsContext&) = delete;
+
+  /// A new session over `fd` (not owned), the server's or the client's side.
+  SslPtr session(int fd, bool server) const;
+
+ private:
+  SSL_CTX* ctx_ = nullptr;
+  std::string passphrase_;
+};
+
+enum class TlsProgress { done, want_read, want_write, failed };
+
+/// One step of a non-blocking handshake. T6: the thread's error queue is
+/// cleared before the call and after a failure, whose reason goes to `why`.
+TlsProgress tls_handshake_step(SSL* ssl, std::string& why);
+
+/// A whole handshake on a non-blocking socket, waiting at most until `deadline`.
+bool tls_handshake(SSL* ssl, int fd, net::Deadline deadline, std::string& why);
+
+}  // namespace castor::detail

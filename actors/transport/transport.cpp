@@ -1,0 +1,87 @@
+// A worker's transport: the door, the dial options, the TLS context.
+#include "actors/transport/transport.hpp"
+
+#include <openssl/rand.h>
+
+#include <atomic>
+#include <cstdio>
+#include <random>
+
+#include "actors/errors.hpp"
+#include "messages/rendezvous.hpp"
+
+namespace castor::detail {
+
+Transport::Transport(const std::string& worker, const std::string& secret, const TlsOptions& tls,
+                     std::chrono::milliseconds greeting_timeout)
+    : worker_(worker), greeting_timeout_(greeting_timeout) {
+  if (tls.enabled()) {
+    try {
+      tls_ = std::make_shared<const TlsContext>(tls);
+    } catch (const std::exception& e) {
+      throw RpcError(ErrorInfo{ErrorKind::Lookup, worker, "init_rpc(" + worker + "): " + e.what()});
+    }
+  }
+  dial_.key.secret = secret;
+  dial_.tls = tls_.get();
+  dial_.wire_version = uint16_t(kWireProtocolVersion);
+}
+
+Transport::~Transport() { stop(); }
+
+Door& Transport::door() {
+  std::lock_guard<std::mutex> lock(mtx_);
+  if (!door_) {
+    DoorOptions o;
+    o.worker = worker_;
+    o.key = dial_.key;
+    o.tls = tls_;
+    o.wire_version = dial_.wire_version;
+    o.greeting_timeout = greeting_timeout_;
+    door_ = std::make_unique<Door>(std::move(o));
+  }
+  return *door_;
+}
+
+void Transport::stop() {
+  std::lock_guard<std::mutex> lock(mtx_);
+  if (door_) door_->stop();
+}
+
+DoorCounts Transport::counts() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return door_ ? door_->counts() : DoorCounts{};
+}
+
+void note_link_security(const std::string& worker, bool authenticated, bool tls) {
+  static std::atomic<bool> said{false};
+  if (tls || said.exchange(true)) return;
+  if (authenticated)
+    std::fprintf(stderr,
+                 "castor[%s]: links are authenticated by the cluster secret but not encrypted (no TLS configured; "
+                 "see WorkerOptions::tls)\n",
+                 worker.c_str());
+  else
+    std::fprintf(stderr,
+                 "castor[%s]: links are plain TCP, unauthenticated and unencrypted: the door keeps out what is not "
+                 "castor, not a stranger who speaks castor's greeting (set CASTOR_SECRET, a cluster file's "
+                 "\"secret\", or TLS)\n",
+                 worker.c_str());
+}
+
+std::string make_cluster_secret() {
+  unsigned char bytes[32];
+  if (RAND_bytes(bytes, sizeof bytes) != 1) {
+    std::random_device rd;
+    for (auto& b : bytes) b = static_cast<unsigned char>(rd());
+  }
+  static const char* kHex = "0123456789abcdef";
+  std::string out;
+  for (auto b : bytes) {
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
+}  // namespace castor::detail
