@@ -56,7 +56,8 @@ std::string peer_of(metrics_pointer self, caf::io::connection_handle hdl) {
 }
 
 void refuse(metrics_pointer self, caf::io::connection_handle hdl, Runtime* rt, const std::string& why) {
-  log_refusal(rt->name, peer_of(self, hdl), "closed a connection from " + peer_of(self, hdl) + " at its metrics port: " + why);
+  log_refusal(rt->name, peer_of(self, hdl), "metrics port",
+              "closed a connection from " + peer_of(self, hdl) + " at its metrics port: " + why);
   self->state.requests.erase(hdl);
   self->close(hdl);
 }

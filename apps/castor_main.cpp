@@ -10,7 +10,7 @@
 #include "apps/common/local_launch.hpp"
 #include "apps/inspect.hpp"
 #include "apps/launch.hpp"
-#include "actors/transport/transport.hpp"
+#include "actors/transport/cluster_secret.hpp"
 
 namespace {
 
@@ -37,6 +37,16 @@ int list_apps() {
     if (!app.flags_help.empty()) std::printf("%s", app.flags_help.c_str());
   }
   return 0;
+}
+
+// Note [The door]: the secret of a job this command starts whole:
+// CASTOR_SECRET, else the user's secret file (made on first use, like
+// Erlang's cookie), so that `castor inspect` finds it too; else a fresh one.
+// Workers get it in their environment, which only their user can read.
+std::string job_secret() {
+  if (const char* given = std::getenv("CASTOR_SECRET"); given && *given) return given;
+  if (auto mine = castor::detail::user_secret(true)) return *mine;
+  return castor::detail::make_cluster_secret();
 }
 
 // Launches `workers` processes of this binary, each running `app` as one rank.
@@ -70,10 +80,7 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
     return 2;
   }
   auto port = free_local_port();
-  // Note [The door]: the job's own secret, known only to its processes (the
-  // environment of a process is readable by its user alone).
-  const char* given = std::getenv("CASTOR_SECRET");
-  auto secret = given && *given ? std::string(given) : castor::detail::make_cluster_secret();
+  auto secret = job_secret();
   std::vector<ProcessSpec> specs;
   for (int r = 0; r < workers; ++r) {
     ProcessSpec s;
@@ -87,6 +94,9 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
              {"CASTOR_SECRET", secret}};
     specs.push_back(std::move(s));
   }
+  std::printf("[run] %d worker(s) of %s; rank 0 listens on 127.0.0.1:%u (castor inspect finds the job's secret)\n",
+              workers, app_name.c_str(), unsigned(port));
+  std::fflush(stdout);
   auto result = run_processes(specs);
   return result.exit_code;
 }

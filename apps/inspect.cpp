@@ -4,7 +4,6 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <optional>
 #include <sstream>
 #include <thread>
@@ -13,6 +12,7 @@
 
 #include "actors/errors.hpp"
 #include "actors/inspector.hpp"
+#include "actors/transport/cluster_secret.hpp"
 #include "config/cluster_file.hpp"
 
 namespace castor::apps {
@@ -186,6 +186,7 @@ std::string render_inspection(const std::string& snapshot_json) {
 
 int inspect_command(const std::vector<std::string>& args) {
   std::string what, config_path, secret_file;
+  bool guessed_secret = false;
   bool as_json = false, watch = false;
   double interval_s = 1;
   long count = 0;  // 0: until interrupted
@@ -226,23 +227,33 @@ int inspect_command(const std::vector<std::string>& args) {
     if (what.empty()) throw std::invalid_argument("which worker? give host:port");
     if (interval_s <= 0 || timeout_ms <= 0 || count < 0) throw std::invalid_argument("--interval, --timeout-ms and --count must be positive");
     target = resolve(what, config_path);
-    if (!secret_file.empty()) {
-      std::ifstream in(secret_file);
-      if (!in) throw std::invalid_argument("cannot read the secret file " + secret_file);
-      std::stringstream text;
-      text << in.rdbuf();
-      target.secret = text.str();
-      auto first = target.secret.find_first_not_of(" \t\r\n"), last = target.secret.find_last_not_of(" \t\r\n");
-      target.secret = first == std::string::npos ? "" : target.secret.substr(first, last - first + 1);
-    } else if (const char* env = std::getenv("CASTOR_SECRET"); target.secret.empty() && env) {
+    // Note [The door]: the cluster file's secret, a secret file, the
+    // environment's, or a guess: the user's own (what castor run and castor
+    // launch give jobs that have none).
+    if (!secret_file.empty())
+      target.secret = detail::read_secret_file(secret_file);
+    else if (const char* env = std::getenv("CASTOR_SECRET"); target.secret.empty() && env && *env)
       target.secret = env;
-    }
+    else if (auto mine = detail::user_secret(false); target.secret.empty() && mine)
+      target.secret = *mine, guessed_secret = true;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor inspect: %s\n%s", e.what(), kUsage);
     return 2;
   }
   try {
-    InspectionClient client(target.host, target.port, target.tls, target.secret, std::chrono::milliseconds(timeout_ms));
+    auto connect = [&]() -> std::unique_ptr<InspectionClient> {
+      try {
+        return std::make_unique<InspectionClient>(target.host, target.port, target.tls, target.secret,
+                                                  std::chrono::milliseconds(timeout_ms));
+      } catch (const RpcError& e) {
+        // The user's secret was a guess: the worker may have none.
+        if (!guessed_secret || std::string(e.what()).find("the cluster secret differs") == std::string::npos) throw;
+        return std::make_unique<InspectionClient>(target.host, target.port, target.tls, "",
+                                                  std::chrono::milliseconds(timeout_ms));
+      }
+    };
+    auto client_ptr = connect();
+    auto& client = *client_ptr;
     for (long shown = 0;; ) {
       auto snap = client.snapshot();
       if (watch && !as_json) std::printf("\033[H\033[2J");  // redraw in place, like top

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 
-#include "actors/transport/transport.hpp"
+#include "actors/transport/cluster_secret.hpp"
 #include "actors/worker.hpp"
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
@@ -101,13 +101,14 @@ int launch_command(const std::vector<std::string>& args) {
       if (local) s.argv.push_back("--local");
       specs.push_back(std::move(s));
     }
-    // Note [The door]: a launcher that starts every worker of a file without
-    // a secret makes one for this job; workers on other hosts could not know it.
+    // Note [The door]: a file without a secret whose every worker starts
+    // here gets the user's secret (CASTOR_SECRET, else the user's secret
+    // file, made on first use), which castor inspect finds too. Workers on
+    // other hosts could not know it: they need the file's own secret.
     const char* given = std::getenv("CASTOR_SECRET");
-    if (file.shared.secret.empty() && specs.size() == file.workers.size() && !(given && *given)) {
-      auto secret = detail::make_cluster_secret();
-      for (auto& s : specs) s.env["CASTOR_SECRET"] = secret;
-    }
+    if (file.shared.secret.empty() && specs.size() == file.workers.size() && !(given && *given))
+      if (auto secret = detail::user_secret(true))
+        for (auto& s : specs) s.env["CASTOR_SECRET"] = *secret;
     if (specs.empty()) {
       std::fprintf(stderr, "castor launch: no worker of %s lives on this host (%s); --local starts them all here\n",
                    path.c_str(), hosts.c_str());

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "actors/transport/cluster_secret.hpp"
+
 namespace castor::config {
 namespace {
 
@@ -194,13 +196,11 @@ std::string read_secret(Reader& r, const json& root) {
     secret = r.string(root["secret"], "secret");
   } else if (root.contains("secret_file")) {
     auto path = r.file_path(root["secret_file"], "secret_file");
-    std::ifstream in(path);
-    if (!in) r.fail("secret_file", "cannot read " + path);
-    std::stringstream text;
-    text << in.rdbuf();
-    secret = text.str();
-    auto first = secret.find_first_not_of(" \t\r\n"), last = secret.find_last_not_of(" \t\r\n");
-    secret = first == std::string::npos ? "" : secret.substr(first, last - first + 1);
+    try {
+      secret = detail::read_secret_file(path);
+    } catch (const std::exception&) {
+      r.fail("secret_file", "cannot read " + path);
+    }
     auto perms = std::filesystem::status(path).permissions();
     if ((perms & (std::filesystem::perms::group_read | std::filesystem::perms::others_read)) !=
         std::filesystem::perms::none)

@@ -38,19 +38,22 @@ Dialed dial(const DialOptions& opts, const std::string& host, uint16_t port, doo
                 fd);
   }
   auto client_nonce = door::random_nonce();
-  auto mine = door::make_client_hello(opts.key, purpose, opts.wire_version, server.nonce, client_nonce);
+  bool tls = opts.tls != nullptr || opts.claim_tls;
+  auto mine = door::make_client_hello(opts.key, purpose, tls, opts.wire_version, server.nonce, client_nonce);
   door::Answer answer{};
   if (!net::send_exact(fd, mine.data(), mine.size(), deadline, why) ||
       !net::recv_exact(fd, answer.data(), answer.size(), deadline, why))
     return fail(net::Clock::now() >= deadline ? DialFailure::timeout : DialFailure::unreachable,
                 "its door closed the connection during the greeting: " + why, fd);
-  out.verdict = door::check_answer(opts.key, purpose, opts.wire_version, server.nonce, client_nonce, answer);
+  out.verdict = door::check_answer(opts.key, purpose, tls, opts.wire_version, server.nonce, client_nonce, answer);
   if (out.verdict != door::Verdict::admitted) {
     bool forged = answer[0] == uint8_t(door::Verdict::admitted);  // it claims admission without the key
-    return fail(DialFailure::refused,
-                forged ? "its answer does not prove the cluster secret: it is not a worker of this cluster"
-                       : "it refused our greeting: " + door::describe(out.verdict),
-                fd);
+    std::string why = "it refused our greeting: " + door::describe(out.verdict);
+    if (forged) why = "its answer does not prove the cluster secret: it is not a worker of this cluster";
+    if (out.verdict == door::Verdict::tls)
+      why = tls ? "it does not speak TLS, and we do (are the TLS files meant for this cluster?)"
+                : "it requires TLS, and we have no TLS files (give the cluster's certificate, key and CA)";
+    return fail(DialFailure::refused, why, fd);
   }
   if (opts.tls) {
     try {

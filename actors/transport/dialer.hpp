@@ -33,6 +33,9 @@ struct DialOptions {
   door::Key key;
   const TlsContext* tls = nullptr;  // null: plain
   uint16_t wire_version = 0;
+  /// Tests only: announce TLS in the greeting without running a handshake
+  /// (a stranger that starts its own, or none).
+  bool claim_tls = false;
 };
 
 /// Connects to host:port and passes its door for `purpose`.

@@ -80,6 +80,7 @@ Refusal refusal_of(door::Verdict v) {
     case door::Verdict::secret: return Refusal::secret;
     case door::Verdict::version: return Refusal::version;
     case door::Verdict::purpose: return Refusal::purpose;
+    case door::Verdict::tls: return Refusal::tls;
     default: return Refusal::not_castor;
   }
 }
@@ -161,7 +162,7 @@ void Door::run() {
     L.ended.push_back(g.self);
   };
   // Closes a greeting and says why (D5).
-  auto refuse = [&](Greeting& g, Refusal r, const std::string& why) {
+  auto refuse = [&](Greeting& g, Refusal r, const std::string& why, const char* kind = nullptr) {
     refused_[size_t(r)].fetch_add(1, std::memory_order_relaxed);
     int fd = g.fd;
     end(g);
@@ -172,7 +173,7 @@ void Door::run() {
                                  "; only peers with a certificate signed by the cluster CA may connect"
                            : "closed a connection from " + g.peer + " at the door of its " +
                                  port_name(g.from->purpose) + ": " + why;
-    log_refusal(opts_.worker, g.peer, line);
+    log_refusal(opts_.worker, g.peer, std::string(port_name(g.from->purpose)) + " " + (kind ? kind : to_string(r)), line);
   };
   auto admit = [&](Greeting& g) {
     Admitted a{g.fd, std::move(g.ssl), g.peer, g.from->port};
@@ -215,18 +216,24 @@ void Door::run() {
                       "not castor's greeting (it sent " + door::preview(g.hello.data(), g.got) + ")");
       if (g.got == g.hello.size()) break;
     }
-    auto check = door::check_client_hello(opts_.key, g.from->purpose, opts_.wire_version, g.server_nonce, g.hello);
+    auto check = door::check_client_hello(opts_.key, g.from->purpose, g.from->tls, opts_.wire_version,
+                                          g.server_nonce, g.hello);
     if (check.verdict != door::Verdict::admitted) {
-      auto answer = door::make_answer(opts_.key, check.verdict, g.from->purpose, opts_.wire_version, g.server_nonce, {});
+      auto answer = door::make_answer(opts_.key, check.verdict, g.from->purpose, g.from->tls, opts_.wire_version,
+                                      g.server_nonce, {});
       (void)send_now(g.fd, answer.data(), answer.size());  // tells an honest peer why
       std::string why = door::describe(check.verdict);
       if (check.verdict == door::Verdict::version)
         why += " (its wire protocol " + std::to_string(check.wire_version) + ", ours " +
                std::to_string(opts_.wire_version) + ")";
+      if (check.verdict == door::Verdict::tls) {
+        why = g.from->tls ? "it does not speak TLS, and this port requires it" : "it wants TLS, and this port has none";
+        return refuse(g, Refusal::tls, why, "tls mismatch");  // said apart from failed handshakes
+      }
       return refuse(g, refusal_of(check.verdict), why);
     }
-    auto answer = door::make_answer(opts_.key, check.verdict, g.from->purpose, opts_.wire_version, g.server_nonce,
-                                    check.client_nonce);
+    auto answer = door::make_answer(opts_.key, check.verdict, g.from->purpose, g.from->tls, opts_.wire_version,
+                                    g.server_nonce, check.client_nonce);
     if (!send_now(g.fd, answer.data(), answer.size())) return refuse(g, Refusal::closed, "closed before our answer");
     if (!g.from->tls) return admit(g);
     try {

@@ -26,12 +26,13 @@ uint16_t get16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 
 // HMAC-SHA256 over a label and the greeting's fields: the label makes the
 // client's proof useless as the server's and the other way round.
-Mac mac_of(const Key& key, const char* label, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
-           const Nonce& client_nonce) {
-  std::array<uint8_t, 64 + 1 + 2 + 2 * kNonceBytes> input{};
+Mac mac_of(const Key& key, const char* label, Purpose purpose, bool tls, uint16_t wire_version,
+           const Nonce& server_nonce, const Nonce& client_nonce) {
+  std::array<uint8_t, 64 + 2 + 2 + 2 * kNonceBytes> input{};
   size_t n = std::strlen(label);
   std::memcpy(input.data(), label, n);
   input[n++] = uint8_t(purpose);
+  input[n++] = tls ? 1 : 0;
   put16(input.data() + n, wire_version);
   n += 2;
   std::memcpy(input.data() + n, server_nonce.data(), kNonceBytes);
@@ -66,6 +67,7 @@ std::string describe(Verdict v) {
     case Verdict::version: return "another castor version (door or wire protocol)";
     case Verdict::purpose: return "a greeting for another port (castor link at the bulk port, or the other way round)";
     case Verdict::secret: return "the cluster secret differs (or one side has none)";
+    case Verdict::tls: return "TLS on one side only (one has the cluster's TLS files, the other not)";
   }
   return "refused";
 }
@@ -98,15 +100,16 @@ ServerHelloView parse_server_hello(const ServerHello& bytes) {
   return v;
 }
 
-ClientHello make_client_hello(const Key& key, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
-                              const Nonce& client_nonce) {
+ClientHello make_client_hello(const Key& key, Purpose purpose, bool tls, uint16_t wire_version,
+                              const Nonce& server_nonce, const Nonce& client_nonce) {
   ClientHello h{};
   std::memcpy(h.data(), kClientMagic, 8);
   put16(h.data() + 8, kDoorVersion);
   put16(h.data() + 10, wire_version);
   h[12] = uint8_t(purpose);
+  h[13] = tls ? 1 : 0;
   std::memcpy(h.data() + 16, client_nonce.data(), kNonceBytes);
-  auto mac = mac_of(key, "castor door client", purpose, wire_version, server_nonce, client_nonce);
+  auto mac = mac_of(key, "castor door client", purpose, tls, wire_version, server_nonce, client_nonce);
   std::memcpy(h.data() + 16 + kNonceBytes, mac.data(), kMacBytes);
   return h;
 }
@@ -115,12 +118,13 @@ bool may_be_client_hello(const uint8_t* data, size_t n) {
   return std::memcmp(data, kClientMagic, std::min<size_t>(n, 8)) == 0;
 }
 
-ClientHelloCheck check_client_hello(const Key& key, Purpose expected, uint16_t wire_version,
+ClientHelloCheck check_client_hello(const Key& key, Purpose expected, bool tls_required, uint16_t wire_version,
                                     const Nonce& server_nonce, const ClientHello& bytes) {
   ClientHelloCheck c;
   if (std::memcmp(bytes.data(), kClientMagic, 8) != 0) return c;  // not_castor
   c.wire_version = get16(bytes.data() + 10);
   c.purpose = bytes[12];
+  c.tls = (bytes[13] & 1) != 0;
   std::memcpy(c.client_nonce.data(), bytes.data() + 16, kNonceBytes);
   if (get16(bytes.data() + 8) != kDoorVersion || c.wire_version != wire_version) {
     c.verdict = Verdict::version;
@@ -130,32 +134,36 @@ ClientHelloCheck check_client_hello(const Key& key, Purpose expected, uint16_t w
     c.verdict = Verdict::purpose;
     return c;
   }
-  auto mac = mac_of(key, "castor door client", expected, wire_version, server_nonce, c.client_nonce);
-  c.verdict = same(mac.data(), bytes.data() + 16 + kNonceBytes, kMacBytes) ? Verdict::admitted : Verdict::secret;
+  auto mac = mac_of(key, "castor door client", expected, c.tls, wire_version, server_nonce, c.client_nonce);
+  if (!same(mac.data(), bytes.data() + 16 + kNonceBytes, kMacBytes))
+    c.verdict = Verdict::secret;
+  else
+    c.verdict = c.tls == tls_required ? Verdict::admitted : Verdict::tls;
   return c;
 }
 
-Answer make_answer(const Key& key, Verdict verdict, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
-                   const Nonce& client_nonce) {
+Answer make_answer(const Key& key, Verdict verdict, Purpose purpose, bool tls, uint16_t wire_version,
+                   const Nonce& server_nonce, const Nonce& client_nonce) {
   Answer a{};
   a[0] = uint8_t(verdict);
   if (verdict == Verdict::admitted) {
-    auto mac = mac_of(key, "castor door server", purpose, wire_version, server_nonce, client_nonce);
+    auto mac = mac_of(key, "castor door server", purpose, tls, wire_version, server_nonce, client_nonce);
     std::memcpy(a.data() + 4, mac.data(), kMacBytes);
   }
   return a;
 }
 
-Verdict check_answer(const Key& key, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
+Verdict check_answer(const Key& key, Purpose purpose, bool tls, uint16_t wire_version, const Nonce& server_nonce,
                      const Nonce& client_nonce, const Answer& bytes) {
   switch (Verdict(bytes[0])) {
     case Verdict::admitted: {
-      auto mac = mac_of(key, "castor door server", purpose, wire_version, server_nonce, client_nonce);
+      auto mac = mac_of(key, "castor door server", purpose, tls, wire_version, server_nonce, client_nonce);
       return same(mac.data(), bytes.data() + 4, kMacBytes) ? Verdict::admitted : Verdict::secret;
     }
     case Verdict::version: return Verdict::version;
     case Verdict::purpose: return Verdict::purpose;
     case Verdict::secret: return Verdict::secret;
+    case Verdict::tls: return Verdict::tls;
     case Verdict::not_castor: break;
   }
   return Verdict::not_castor;

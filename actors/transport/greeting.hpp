@@ -24,8 +24,9 @@ using Mac = std::array<uint8_t, kMacBytes>;
 
 /// Sizes on the wire (all fixed: a reader never guesses a length).
 ///  server hello: "CASTOR<D", door version (u16 LE), wire version (u16 LE), server nonce
-///  client hello: "CASTOR>D", door version, wire version, purpose (u8), 3 zero bytes,
-///                client nonce, HMAC(key, "castor door client" | purpose | wire version | nonces)
+///  client hello: "CASTOR>D", door version, wire version, purpose (u8), flags (u8: 1 = TLS
+///                follows), 2 zero bytes, client nonce,
+///                HMAC(key, "castor door client" | purpose | flags | wire version | nonces)
 ///  answer:       verdict (u8), 3 zero bytes, HMAC(key, "castor door server" | ...) or zeros
 inline constexpr size_t kServerHelloBytes = 8 + 2 + 2 + kNonceBytes;
 inline constexpr size_t kClientHelloBytes = 8 + 2 + 2 + 1 + 3 + kNonceBytes + kMacBytes;
@@ -48,6 +49,7 @@ enum class Verdict : uint8_t {
   version = 'V',      // another door or wire version
   purpose = 'P',      // a bulk greeting at the CAF port or the other way round
   secret = 'S',       // the MAC does not match: another cluster secret, or none
+  tls = 'T',          // TLS on one side only
 };
 /// Why a greeting was refused, for the log and the caller's error.
 std::string describe(Verdict v);
@@ -65,8 +67,8 @@ struct ServerHelloView {
 };
 ServerHelloView parse_server_hello(const ServerHello& bytes);
 
-ClientHello make_client_hello(const Key& key, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
-                              const Nonce& client_nonce);
+ClientHello make_client_hello(const Key& key, Purpose purpose, bool tls, uint16_t wire_version,
+                              const Nonce& server_nonce, const Nonce& client_nonce);
 
 /// Whether the first `n` bytes a client sent can still be a client hello
 /// (the magic, as far as it came): strangers give themselves away early.
@@ -78,18 +80,19 @@ struct ClientHelloCheck {
   Nonce client_nonce{};
   uint16_t wire_version = 0;
   uint8_t purpose = 0;
+  bool tls = false;  // the client will start TLS after the greeting
 };
-ClientHelloCheck check_client_hello(const Key& key, Purpose expected, uint16_t wire_version,
+ClientHelloCheck check_client_hello(const Key& key, Purpose expected, bool tls_required, uint16_t wire_version,
                                     const Nonce& server_nonce, const ClientHello& bytes);
 
 /// The server's answer: on admission it proves the server holds the key too.
-Answer make_answer(const Key& key, Verdict verdict, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
-                   const Nonce& client_nonce);
+Answer make_answer(const Key& key, Verdict verdict, Purpose purpose, bool tls, uint16_t wire_version,
+                   const Nonce& server_nonce, const Nonce& client_nonce);
 
 /// The client's check of an answer; `admitted` only with the right MAC.
 /// Anything else returns the refusal the server gave (or `secret` when the
 /// server's proof does not match: it is not of our cluster).
-Verdict check_answer(const Key& key, Purpose purpose, uint16_t wire_version, const Nonce& server_nonce,
+Verdict check_answer(const Key& key, Purpose purpose, bool tls, uint16_t wire_version, const Nonce& server_nonce,
                      const Nonce& client_nonce, const Answer& bytes);
 
 /// Up to `n` bytes a stranger sent, printable: "GET / HTTP/1.1" or

@@ -16,26 +16,29 @@ constexpr const char* kOtherHosts = "(other hosts)";
 
 struct Counts {
   std::mutex mtx;
-  std::map<std::string, int64_t> by_host;
+  std::map<std::string, int64_t> by_host;  // by "host kind"
 };
 
 }  // namespace
 
-void log_refusal(const std::string& worker, const std::string& peer, const std::string& line) {
+void log_refusal(const std::string& worker, const std::string& peer, const std::string& kind, const std::string& line) {
   static Counts counts;
   auto host = net::host_part(peer);
   int64_t n;
   bool shared = false;
   {
     std::lock_guard<std::mutex> lock(counts.mtx);
-    if (counts.by_host.size() >= kMaxCountedHosts && !counts.by_host.count(host)) host = kOtherHosts;
-    n = ++counts.by_host[host];
-    shared = host == kOtherHosts;
+    auto key = host + " " + kind;
+    if (counts.by_host.size() >= kMaxCountedHosts && !counts.by_host.count(key)) {
+      key = std::string(kOtherHosts) + " " + kind;
+      shared = true;
+    }
+    n = ++counts.by_host[key];
   }
   if (n > 3 && n % 100 != 0) return;
   std::string count;
   if (n > 1)
-    count = " (refusal " + std::to_string(n) + (shared ? " from hosts past the first 1024)" : " from this host)");
+    count = " (refusal " + std::to_string(n) + " of this kind " + (shared ? "from hosts past the first 1024)" : "from this host)");
   std::fprintf(stderr, "castor[%s]: %s%s\n", worker.c_str(), line.c_str(), count.c_str());
 }
 

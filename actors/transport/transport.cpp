@@ -1,11 +1,8 @@
 // A worker's transport: the door, the dial options, the TLS context.
 #include "actors/transport/transport.hpp"
 
-#include <openssl/rand.h>
-
 #include <atomic>
 #include <cstdio>
-#include <random>
 
 #include "actors/errors.hpp"
 #include "messages/rendezvous.hpp"
@@ -67,21 +64,6 @@ void note_link_security(const std::string& worker, bool authenticated, bool tls)
                  "castor, not a stranger who speaks castor's greeting (set CASTOR_SECRET, a cluster file's "
                  "\"secret\", or TLS)\n",
                  worker.c_str());
-}
-
-std::string make_cluster_secret() {
-  unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) {
-    std::random_device rd;
-    for (auto& b : bytes) b = static_cast<unsigned char>(rd());
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (auto b : bytes) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
 }
 
 }  // namespace castor::detail

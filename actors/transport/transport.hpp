@@ -45,8 +45,4 @@ class Transport {
 /// Says once per process how this worker's links are protected (D4).
 void note_link_security(const std::string& worker, bool authenticated, bool tls);
 
-/// A fresh random cluster secret (64 hex digits), for launchers that start
-/// every worker of a job (castor run, castor launch of a whole file).
-std::string make_cluster_secret();
-
 }  // namespace castor::detail

@@ -47,8 +47,8 @@ Seen send_bytes(const std::string& host, uint16_t port, const std::vector<uint8_
 }
 
 std::vector<uint8_t> crafted_basp_header() {
-  std::vector<uint8_t> out(8, 0x00);
-  out.insert(out.end(), 64, 0xff);
+  std::vector<uint8_t> out(72, 0xff);
+  for (size_t i = 0; i < 8; ++i) out[i] = 0x00;
   return out;
 }
 
@@ -109,10 +109,27 @@ std::string greeted(const std::string& host, uint16_t port, const std::string& s
   return "";
 }
 
+std::string greeted_plain_at_tls_port(const std::string& host, uint16_t port, const std::string& secret,
+                                      const std::vector<uint8_t>& bytes) {
+  detail::DialOptions opts;
+  opts.key.secret = secret;
+  opts.wire_version = uint16_t(kWireProtocolVersion);
+  opts.claim_tls = true;
+  auto d = detail::dial(opts, host, port, detail::door::Purpose::basp, Clock::now() + std::chrono::seconds(5));
+  if (!d.ok()) return "the door refused the greeting: " + d.error;
+  std::string why;
+  (void)detail::net::send_exact(d.fd, bytes.data(), bytes.size(), Clock::now() + std::chrono::seconds(1), why);
+  pollfd p{d.fd, POLLIN, 0};
+  (void)::poll(&p, 1, 5000);  // the door ends the handshake it could not have
+  ::close(d.fd);
+  return "";
+}
+
 std::string greeted_tls_without_certificate(const std::string& host, uint16_t port, const std::string& secret) {
   detail::DialOptions opts;
   opts.key.secret = secret;
   opts.wire_version = uint16_t(kWireProtocolVersion);
+  opts.claim_tls = true;
   auto d = detail::dial(opts, host, port, detail::door::Purpose::basp, Clock::now() + std::chrono::seconds(5));
   if (!d.ok()) return "the door refused the greeting: " + d.error;
   ::signal(SIGPIPE, SIG_IGN);  // OpenSSL's socket BIO writes with write(2); this test process ignores SIGPIPE

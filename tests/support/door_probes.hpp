@@ -45,4 +45,10 @@ std::string greeted(const std::string& host, uint16_t port, const std::string& s
 /// must refuse it (the handshake fails). Returns the client's view.
 std::string greeted_tls_without_certificate(const std::string& host, uint16_t port, const std::string& secret);
 
+/// A greeting that announces TLS, then plain bytes instead of a handshake
+/// (a client that does not speak TLS at a TLS port). "" when the door took
+/// the greeting (and then ended the connection).
+std::string greeted_plain_at_tls_port(const std::string& host, uint16_t port, const std::string& secret,
+                                      const std::vector<uint8_t>& bytes);
+
 }  // namespace castor::test::probe

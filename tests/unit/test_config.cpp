@@ -2,6 +2,10 @@
 // file and the field for each kind of mistake.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
 #include <string>
 
 #include "config/cluster_file.hpp"
@@ -117,4 +121,32 @@ TEST_CASE("cluster files set the bulk path and the metrics port") {
         "/etc/castor/job.json: options.bulk_same_host: expected true or false, got number 1");
   CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 1, "metrics_port": 0}]})").find(
             "/etc/castor/job.json: workers[0].metrics_port: ") == 0);
+}
+
+TEST_CASE("a cluster file carries the door's secret inline or in a file, never a short one or both") {
+  auto with = [](const std::string& extra) {
+    return R"({"workers": [{"name": "ps", "host": "127.0.0.1", "port": 29600}], )" + extra + "}";
+  };
+  auto file = parse_cluster_file(with(R"("secret": "0123456789abcdef0123", "options": {"greeting_timeout_ms": 750})"),
+                                 "/etc/castor/job.json");
+  auto opts = file.options_for("ps");
+  CHECK(opts.secret == "0123456789abcdef0123");
+  CHECK(opts.greeting_timeout == std::chrono::milliseconds(750));
+  CHECK(parse_cluster_file(with(R"("options": {})"), "/etc/castor/job.json").options_for("ps").secret.empty());
+  CHECK(error_of(with(R"("secret": "short")")) ==
+        "/etc/castor/job.json: secret: a cluster secret needs at least 16 characters (`castor secret` prints a fresh "
+        "one), got 5");
+  CHECK(error_of(with(R"("secret": "0123456789abcdef0123", "secret_file": "s")")) ==
+        "/etc/castor/job.json: secret: give \"secret\" or \"secret_file\", not both");
+  CHECK(error_of(with(R"("secret_file": "no-such-secret")")) ==
+        "/etc/castor/job.json: secret_file: cannot read /etc/castor/no-such-secret");
+  // A file next to the cluster file, whitespace around it dropped; readable
+  // by others: a warning.
+  auto dir = std::string("/tmp/castor-test-config-") + std::to_string(::getpid());
+  std::system(("mkdir -p " + dir + " && printf '  fedcba9876543210fedc\\n' > " + dir + "/cluster.secret && chmod 644 " + dir +
+               "/cluster.secret").c_str());
+  auto from_file = parse_cluster_file(with(R"("secret_file": "cluster.secret")"), dir + "/job.json");
+  CHECK(from_file.options_for("ps").secret == "fedcba9876543210fedc");
+  REQUIRE(from_file.warnings.size() == 1);
+  CHECK(from_file.warnings[0] == dir + "/cluster.secret: the cluster secret is readable by other users (chmod 600 it)");
 }

@@ -73,40 +73,48 @@ uint64_t refused(Door& d, Refusal r) { return d.counts().refused[size_t(r)]; }
 TEST_CASE("greeting: the same secret admits, and each side proves it to the other") {
   auto server = door::random_nonce(), client = door::random_nonce();
   auto k = key("a cluster secret of some length");
-  auto hello = door::make_client_hello(k, door::Purpose::basp, kWire, server, client);
-  auto check = door::check_client_hello(k, door::Purpose::basp, kWire, server, hello);
+  auto hello = door::make_client_hello(k, door::Purpose::basp, false, kWire, server, client);
+  auto check = door::check_client_hello(k, door::Purpose::basp, false, kWire, server, hello);
   CHECK(check.verdict == door::Verdict::admitted);
   CHECK(check.client_nonce == client);
-  auto answer = door::make_answer(k, check.verdict, door::Purpose::basp, kWire, server, client);
-  CHECK(door::check_answer(k, door::Purpose::basp, kWire, server, client, answer) == door::Verdict::admitted);
+  auto answer = door::make_answer(k, check.verdict, door::Purpose::basp, false, kWire, server, client);
+  CHECK(door::check_answer(k, door::Purpose::basp, false, kWire, server, client, answer) == door::Verdict::admitted);
   // The server's proof is not the client's: a reflected hello proves nothing.
   CHECK(std::memcmp(answer.data() + 4, hello.data() + 32, door::kMacBytes) != 0);
 }
 
 TEST_CASE("greeting: another secret, a replayed greeting, another purpose or version are refused by name") {
   auto server = door::random_nonce(), client = door::random_nonce();
-  auto hello = door::make_client_hello(key("secret-one-0123456789"), door::Purpose::basp, kWire, server, client);
-  CHECK(door::check_client_hello(key("secret-two-0123456789"), door::Purpose::basp, kWire, server, hello).verdict ==
+  auto hello = door::make_client_hello(key("secret-one-0123456789"), door::Purpose::basp, false, kWire, server, client);
+  CHECK(door::check_client_hello(key("secret-two-0123456789"), door::Purpose::basp, false, kWire, server, hello).verdict ==
         door::Verdict::secret);
-  CHECK(door::check_client_hello(key(""), door::Purpose::basp, kWire, server, hello).verdict == door::Verdict::secret);
+  CHECK(door::check_client_hello(key(""), door::Purpose::basp, false, kWire, server, hello).verdict == door::Verdict::secret);
   // Replayed against a new server nonce (D2).
-  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::basp, kWire, door::random_nonce(), hello)
+  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::basp, false, kWire, door::random_nonce(), hello)
             .verdict == door::Verdict::secret);
-  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::bulk, kWire, server, hello).verdict ==
+  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::bulk, false, kWire, server, hello).verdict ==
         door::Verdict::purpose);
-  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::basp, kWire + 1, server, hello).verdict ==
+  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::basp, false, kWire + 1, server, hello).verdict ==
         door::Verdict::version);
   door::ClientHello junk{};
   std::memcpy(junk.data(), "GET / HT", 8);
-  CHECK(door::check_client_hello(key(""), door::Purpose::basp, kWire, server, junk).verdict == door::Verdict::not_castor);
+  CHECK(door::check_client_hello(key(""), door::Purpose::basp, false, kWire, server, junk).verdict == door::Verdict::not_castor);
   CHECK_FALSE(door::may_be_client_hello(junk.data(), 3));
   CHECK(door::may_be_client_hello(hello.data(), 5));
   // An answer that claims admission without the key is a forgery.
   door::Answer forged{};
   forged[0] = uint8_t(door::Verdict::admitted);
-  CHECK(door::check_answer(key("secret-one-0123456789"), door::Purpose::basp, kWire, server, client, forged) ==
+  CHECK(door::check_answer(key("secret-one-0123456789"), door::Purpose::basp, false, kWire, server, client, forged) ==
         door::Verdict::secret);
   CHECK(door::describe(door::Verdict::secret) == "the cluster secret differs (or one side has none)");
+  // TLS on one side only is named as such, but only to a peer with the key.
+  auto tls_hello = door::make_client_hello(key("secret-one-0123456789"), door::Purpose::basp, true, kWire, server, client);
+  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::basp, false, kWire, server, tls_hello)
+            .verdict == door::Verdict::tls);
+  CHECK(door::check_client_hello(key("secret-one-0123456789"), door::Purpose::basp, true, kWire, server, tls_hello)
+            .verdict == door::Verdict::admitted);
+  CHECK(door::check_client_hello(key("secret-two-0123456789"), door::Purpose::basp, false, kWire, server, tls_hello)
+            .verdict == door::Verdict::secret);
 }
 
 TEST_CASE("greeting: what strangers sent is shown printable or in hex") {
