@@ -4,12 +4,12 @@
 
 #include <torch/torch.h>
 
-#include "actors/current_worker.hpp"
-#include "actors/errors.hpp"
-#include "actors/future.hpp"
-#include "actors/registry.hpp"
-#include "actors/worker.hpp"
-#include "actors/worker_options.hpp"
+#include "actors/api/current_worker.hpp"
+#include "actors/api/errors.hpp"
+#include "actors/api/future.hpp"
+#include "actors/api/registry.hpp"
+#include "actors/api/worker.hpp"
+#include "actors/api/worker_options.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/rref.hpp"
 #include "engine/context.hpp"

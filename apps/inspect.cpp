@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "actors/errors.hpp"
-#include "actors/inspector.hpp"
+#include "actors/api/errors.hpp"
+#include "actors/observe/inspector.hpp"
 #include "actors/transport/cluster_secret.hpp"
 #include "config/cluster_file.hpp"
 

@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "actors/transport/cluster_secret.hpp"
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
 #include "config/cluster_file.hpp"

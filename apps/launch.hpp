@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 
 namespace castor::apps {
 

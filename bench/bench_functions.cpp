@@ -1,14 +1,14 @@
 // The functions castor-bench calls (registered in every bench process).
 #include <ATen/ATen.h>
 
-#include "actors/registry.hpp"
+#include "actors/api/registry.hpp"
 
 CASTOR_FUNCTION(bench_add, [](at::Tensor a, at::Tensor b) { return a + b; });
 CASTOR_FUNCTION(bench_ident, [](at::Tensor x) { return x; });
 
 // -- the scale suite (bench/scale_bench.cpp) ---------------------------------------
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 #include "rref/rref.hpp"
 
 namespace {

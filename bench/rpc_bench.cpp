@@ -2,7 +2,7 @@
 #include <ATen/ATen.h>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 
 #include "bench_suites.hpp"
 

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <thread>
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 
 #include "bench_suites.hpp"
 

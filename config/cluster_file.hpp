@@ -20,7 +20,7 @@
 //                 "caf_config_file": "caf-application.ini", "caf": {"scheduler.max-threads": 2}}
 //   }
 //
-// "tls" (certificate, key, ca, passphrase; see Note [TLS] in actors/tls.cpp)
+// "tls" (certificate, key, ca, passphrase; see Note [TLS] in actors/transport/tls.cpp)
 // is the file's default and a worker's own "tls" overrides parts of it.
 // "secret" or "secret_file" is the cluster secret every worker's door checks
 // (Note [The door] in actors/transport/door.cpp); without one, a launcher
@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 
 namespace castor::config {
 

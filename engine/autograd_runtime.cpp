@@ -7,8 +7,8 @@
 #include <caf/send.hpp>
 #include <torch/csrc/autograd/variable.h>
 
-#include "actors/runtime.hpp"
-#include "actors/thread_context.hpp"
+#include "actors/runtime/runtime.hpp"
+#include "actors/calls/thread_context.hpp"
 #include "engine/gradient_store.hpp"
 #include "engine/graph_task_actor.hpp"
 #include "engine/lineage.hpp"

@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "actors/autograd_hooks.hpp"
-#include "actors/worker_options.hpp"
+#include "actors/hooks/autograd_hooks.hpp"
+#include "actors/api/worker_options.hpp"
 #include "engine/context_actor.hpp"
 #include "engine/deadline_board.hpp"
 

@@ -3,7 +3,7 @@
 
 #include <caf/send.hpp>
 
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
 

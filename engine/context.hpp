@@ -9,7 +9,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 #include "engine/gradient_map.hpp"
 
 namespace castor::autograd {

@@ -13,7 +13,7 @@
 #include <caf/stateful_actor.hpp>
 #include <torch/csrc/autograd/variable.h>
 
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
 #include "engine/graph_task_actor.hpp"

@@ -14,7 +14,7 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/errors.hpp"
+#include "actors/api/errors.hpp"
 #include "engine/gradient_map.hpp"
 #include "engine/send_recv_functions.hpp"
 #include "messages/atoms.hpp"

@@ -10,7 +10,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/autograd_runtime.hpp"
 
 namespace castor::detail {

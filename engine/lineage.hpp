@@ -9,7 +9,7 @@
 
 #include <torch/csrc/autograd/edge.h>
 
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 #include "engine/send_recv_functions.hpp"
 
 namespace castor::detail {

@@ -20,7 +20,7 @@ struct WorkerRecord {
   WorkerId rank = -1;
   std::string host;
   uint16_t port = 0;
-  uint16_t bulk_port = 0;  // Note [Bulk path] in actors/bulk_path.cpp; 0: none
+  uint16_t bulk_port = 0;  // Note [Bulk path] in actors/transport/bulk/bulk_path.cpp; 0: none
   int32_t pid = 0;         // B7: the only process a same-host peer may copy from
 
   template <class Inspector>

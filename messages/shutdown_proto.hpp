@@ -1,5 +1,5 @@
 // Graceful shutdown: termination detection over all workers, see
-// Note [Graceful shutdown] in actors/shutdown.hpp.
+// Note [Graceful shutdown] in actors/cluster/shutdown.cpp.
 #pragma once
 
 #include <cstdint>

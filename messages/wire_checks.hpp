@@ -23,7 +23,7 @@
 //      only, never sent), skips the rest of the payload (they are the last
 //      element of their message), and the message reaches the worker actor,
 //      which logs "castor[<me>]: dropped a malformed <type> from worker
-//      <peer>: <why>" and drops it (actors/malformed.cpp). A request whose id
+//      <peer>: <why>" and drops it (actors/transport/malformed.cpp). A request whose id
 //      was readable is answered with an error and a reply whose id was
 //      readable fails its call, so neither side waits for a timeout.
 //  H3. A well-formed message of a type or shape the worker does not handle

@@ -1,6 +1,6 @@
 // Plugs the layers above the worker runtime into it (RRefs, distributed
 // autograd, the optimizer's functions): the one place that knows them all.
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "optimizer/local_optimizer.hpp"
 #include "rref/class_registry.hpp"

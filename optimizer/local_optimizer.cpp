@@ -15,8 +15,8 @@
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
 
-#include "actors/current_worker.hpp"
-#include "actors/runtime.hpp"
+#include "actors/api/current_worker.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
 

@@ -8,7 +8,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "actors/future.hpp"
+#include "actors/api/future.hpp"
 #include "optimizer/optimizer_spec.hpp"
 
 namespace castor::detail {

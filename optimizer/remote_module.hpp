@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "actors/current_worker.hpp"
+#include "actors/api/current_worker.hpp"
 #include "rref/rref.hpp"
 
 namespace castor::nn {

@@ -1,6 +1,6 @@
 // CASTOR_CLASS: classes whose objects live on a worker behind an RRef
 // (remote objects). Constructors and methods are registered with their
-// argument types; calls are checked like functions' (actors/registry.hpp).
+// argument types; calls are checked like functions' (actors/api/registry.hpp).
 #pragma once
 
 #include <functional>
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/registry.hpp"
+#include "actors/api/registry.hpp"
 
 namespace castor::detail {
 

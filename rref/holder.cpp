@@ -1,7 +1,7 @@
 // Holder: a set-once slot with waiters.
 #include "rref/holder.hpp"
 
-#include "actors/future.hpp"
+#include "actors/api/future.hpp"
 
 namespace castor::detail {
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "actors/errors.hpp"
+#include "actors/api/errors.hpp"
 #include "messages/value.hpp"
 #include "rref/class_registry.hpp"
 

@@ -9,7 +9,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "rref/rref_counters.hpp"
 
 namespace castor::detail {

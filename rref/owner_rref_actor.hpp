@@ -15,7 +15,7 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/registry.hpp"
+#include "actors/api/registry.hpp"
 #include "messages/atoms.hpp"
 #include "messages/call.hpp"
 #include "rref/holder.hpp"

@@ -8,7 +8,7 @@
 #include <string>
 #include <typeinfo>
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/rref_api.hpp"
 #include "rref/rref_state.hpp"

@@ -6,8 +6,8 @@
 
 #include <future>
 
-#include "actors/runtime.hpp"
-#include "actors/worker.hpp"
+#include "actors/runtime/runtime.hpp"
+#include "actors/api/worker.hpp"
 #include "rref/rref_context.hpp"
 
 namespace castor::detail {

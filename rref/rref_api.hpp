@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/registry.hpp"
+#include "actors/api/registry.hpp"
 #include "messages/value.hpp"
 #include "rref/rref_state.hpp"
 

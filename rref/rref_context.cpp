@@ -9,8 +9,8 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/call_dispatch.hpp"
-#include "actors/runtime.hpp"
+#include "actors/calls/call_dispatch.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/owner_rref_actor.hpp"
 

@@ -13,8 +13,8 @@
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
-#include "actors/fault_injection.hpp"
-#include "actors/rref_hooks.hpp"
+#include "actors/runtime/fault_injection.hpp"
+#include "actors/hooks/rref_hooks.hpp"
 #include "messages/atoms.hpp"
 #include "rref/owner_rref_actor.hpp"
 #include "rref/rref_counters.hpp"

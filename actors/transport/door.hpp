@@ -37,8 +37,8 @@ struct DoorOptions {
   std::shared_ptr<const TlsContext> tls;    // null: no TLS
   uint16_t wire_version = 0;                // castor's message format; both sides must agree
   std::chrono::milliseconds greeting_timeout{10000};  // D3
-  size_t max_pending = 256;                 // D3: greetings in progress at once
-  size_t max_pending_per_host = 32;         // D3: ... from one host
+  size_t max_pending = 256;                 // D3: greetings in progress at once (raised for large worlds)
+  size_t max_pending_per_host = 32;         // D3: ... from one host (ditto)
 };
 
 /// A connection that passed the door: its socket (non-blocking) and, with

@@ -133,6 +133,35 @@ bool recv_exact(int fd, void* data, size_t n, Deadline deadline, std::string& wh
   return true;
 }
 
+bool write_all(int fd, const void* data, size_t n) {
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w, n -= size_t(w);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t n) {
+  auto* p = static_cast<char*>(data);
+  while (n > 0) {
+    auto r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    p += r, n -= size_t(r);
+  }
+  return true;
+}
+
+void set_bulk_buffers(int fd) {
+  int big = 4 << 20;
+  set_nodelay(fd);
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+}
+
 std::string peer_address(int fd) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;

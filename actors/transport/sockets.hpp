@@ -27,8 +27,15 @@ int listen_tcp(const std::string& host, uint16_t port, bool reuse_address, std::
 bool send_exact(int fd, const void* data, size_t n, Deadline deadline, std::string& why);
 bool recv_exact(int fd, void* data, size_t n, Deadline deadline, std::string& why);
 
+/// The same on a blocking socket, without a deadline (the bulk links'
+/// writers and readers: a socket timeout or shutdown() ends their wait).
+bool write_all(int fd, const void* data, size_t n);
+bool read_all(int fd, void* data, size_t n);
+
 void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);
+/// TCP_NODELAY and 4 MiB socket buffers, for links that carry megabytes.
+void set_bulk_buffers(int fd);
 
 /// "10.0.0.9:51234" of the peer (or "?"); the host part alone.
 std::string peer_address(int fd);

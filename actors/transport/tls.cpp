@@ -44,7 +44,7 @@
 #include <fstream>
 #include <memory>
 
-#include "actors/errors.hpp"
+#include "actors/api/errors.hpp"
 
 namespace castor::detail {
 namespace {

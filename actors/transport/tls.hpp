@@ -2,7 +2,7 @@
 // The sessions themselves are castor's (tls_session.hpp, Note [TLS] in tls.cpp).
 #pragma once
 
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 
 namespace castor::detail {
 

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "actors/transport/sockets.hpp"
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 
 using SSL = struct ssl_st;
 using SSL_CTX = struct ssl_ctx_st;

@@ -1,17 +1,18 @@
 // A worker's transport: the door, the dial options, the TLS context.
 #include "actors/transport/transport.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
-#include "actors/errors.hpp"
+#include "actors/api/errors.hpp"
 #include "messages/rendezvous.hpp"
 
 namespace castor::detail {
 
 Transport::Transport(const std::string& worker, const std::string& secret, const TlsOptions& tls,
-                     std::chrono::milliseconds greeting_timeout)
-    : worker_(worker), greeting_timeout_(greeting_timeout) {
+                     std::chrono::milliseconds greeting_timeout, size_t world_size)
+    : worker_(worker), greeting_timeout_(greeting_timeout), world_size_(world_size) {
   if (tls.enabled()) {
     try {
       tls_ = std::make_shared<const TlsContext>(tls);
@@ -35,6 +36,10 @@ Door& Transport::door() {
     o.tls = tls_;
     o.wire_version = dial_.wire_version;
     o.greeting_timeout = greeting_timeout_;
+    // D3: room for every peer greeting at once (they may share one host),
+    // twice over for their bulk links and retries.
+    o.max_pending_per_host = std::max<size_t>(o.max_pending_per_host, 2 * world_size_ + 8);
+    o.max_pending = std::max<size_t>(o.max_pending, 4 * world_size_ + 16);
     door_ = std::make_unique<Door>(std::move(o));
   }
   return *door_;

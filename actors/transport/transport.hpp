@@ -9,15 +9,17 @@
 
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/door.hpp"
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 
 namespace castor::detail {
 
 class Transport {
  public:
   /// Throws RpcError naming the worker when the TLS files cannot be loaded.
+  /// `world_size` bounds the greetings the door lets run at once (D3): a
+  /// worker's peers may all greet at the same moment, from one host.
   Transport(const std::string& worker, const std::string& secret, const TlsOptions& tls,
-            std::chrono::milliseconds greeting_timeout);
+            std::chrono::milliseconds greeting_timeout, size_t world_size = 1);
   ~Transport();
   Transport(const Transport&) = delete;
   Transport& operator=(const Transport&) = delete;
@@ -38,6 +40,7 @@ class Transport {
   std::shared_ptr<const TlsContext> tls_;
   DialOptions dial_;
   std::chrono::milliseconds greeting_timeout_;
+  size_t world_size_;
   mutable std::mutex mtx_;
   std::unique_ptr<Door> door_;
 };

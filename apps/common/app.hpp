@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 
 namespace castor::apps {
 

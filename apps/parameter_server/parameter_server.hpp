@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/future.hpp"
-#include "actors/worker.hpp"
+#include "actors/api/future.hpp"
+#include "actors/api/worker.hpp"
 #include "apps/parameter_server/mlp.hpp"
 
 namespace torch::optim {

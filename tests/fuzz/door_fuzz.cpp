@@ -32,11 +32,11 @@
 #include <thread>
 #include <vector>
 
-#include "actors/inspector.hpp"
-#include "actors/registry.hpp"
+#include "actors/observe/inspector.hpp"
+#include "actors/api/registry.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 #include "messages/rendezvous.hpp"
 #include "support/door_probes.hpp"
 

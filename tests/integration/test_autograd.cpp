@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "actors/runtime.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"

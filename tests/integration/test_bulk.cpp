@@ -1,4 +1,4 @@
-// The bulk path (Note [Bulk path] in actors/bulk_path.cpp): large tensors
+// The bulk path (Note [Bulk path] in actors/transport/bulk/bulk_path.cpp): large tensors
 // between real workers on loopback, both ways, checked value for value, and
 // the link's behaviour with bad input.
 #include <doctest/doctest.h>
@@ -12,8 +12,8 @@
 
 #include <ATen/ATen.h>
 
-#include "actors/bulk_path.hpp"
-#include "actors/runtime.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "engine/context.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"

@@ -15,9 +15,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "actors/bulk_path.hpp"
-#include "actors/inspector.hpp"
-#include "actors/runtime.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/observe/inspector.hpp"
+#include "actors/runtime/runtime.hpp"
 #include "actors/transport/greeting.hpp"
 #include "support/cluster.hpp"
 #include "support/door_probes.hpp"

@@ -17,8 +17,8 @@
 
 #include <caf/send.hpp>
 
-#include "actors/runtime.hpp"
-#include "actors/worker.hpp"
+#include "actors/runtime/runtime.hpp"
+#include "actors/api/worker.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
 

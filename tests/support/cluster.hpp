@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 
 namespace castor::test {
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/worker_options.hpp"
+#include "actors/api/worker_options.hpp"
 
 namespace castor::test::probe {
 

@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "actors/worker.hpp"
+#include "actors/api/worker.hpp"
 #include "support/test_functions.hpp"
 
 namespace castor::test {

@@ -9,8 +9,8 @@
 
 #include <ATen/ATen.h>
 
-#include "actors/current_worker.hpp"
-#include "actors/worker.hpp"
+#include "actors/api/current_worker.hpp"
+#include "actors/api/worker.hpp"
 
 namespace castor::test {
 extern std::atomic<int64_t> finished_slow_calls;

@@ -3,8 +3,8 @@
 
 #include <ATen/ATen.h>
 
-#include "actors/builtins.hpp"
-#include "actors/registry.hpp"
+#include "actors/calls/builtins.hpp"
+#include "actors/api/registry.hpp"
 
 using namespace castor;
 using namespace castor::detail;

@@ -5,7 +5,7 @@
 #include <future>
 #include <thread>
 
-#include "actors/executor.hpp"
+#include "actors/calls/executor.hpp"
 
 using castor::detail::Executor;
 using namespace std::chrono_literals;

@@ -4,8 +4,8 @@
 
 #include <thread>
 
-#include "actors/future.hpp"
-#include "actors/thread_context.hpp"
+#include "actors/api/future.hpp"
+#include "actors/calls/thread_context.hpp"
 
 using namespace castor;
 using std::chrono::milliseconds;

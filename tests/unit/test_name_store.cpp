@@ -5,7 +5,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/name_store.hpp"
+#include "actors/cluster/name_store.hpp"
 #include "messages/type_registry.hpp"
 
 using namespace castor;

@@ -3,7 +3,7 @@
 
 #include <ATen/ATen.h>
 
-#include "actors/registry.hpp"
+#include "actors/api/registry.hpp"
 
 using namespace castor;
 using namespace castor::detail;

@@ -1,0 +1,226 @@
+// Worker: init_rpc, the call entry point, worker info, shutdown.
+#include "actors/api/worker.hpp"
+
+#include <future>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <caf/logger.hpp>
+#include <caf/send.hpp>
+
+#include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/caf_config.hpp"
+#include "actors/observe/inspector.hpp"
+#include "actors/cluster/rendezvous.hpp"
+#include "actors/runtime/runtime.hpp"
+#include "actors/calls/thread_context.hpp"
+#include "actors/transport/tls.hpp"
+#include "actors/transport/transport.hpp"
+#include "messages/tensor_wire.hpp"
+
+namespace castor {
+namespace {
+
+void set_intra_op_threads(const detail::Runtime& rt) {
+  int n = rt.opts.intra_op_threads;
+  if (n <= 0) {
+    int here = 0;
+    for (const auto& w : rt.world) here += w.host == rt.opts.host ? 1 : 0;
+    int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+    n = std::max(1, cores / std::max(1, here));
+  }
+  at::set_num_threads(n);
+}
+
+}  // namespace
+
+Worker::Worker(std::shared_ptr<detail::Runtime> rt, bool owning) : rt_(std::move(rt)), owning_(owning) {}
+
+Worker::Worker(Worker&& other) noexcept : rt_(std::move(other.rt_)), owning_(other.owning_) { other.owning_ = false; }
+
+Worker& Worker::operator=(Worker&& other) noexcept {
+  if (this != &other) {
+    if (owning_ && rt_) {
+      try {
+        shutdown(true);
+      } catch (...) {
+      }
+    }
+    rt_ = std::move(other.rt_);
+    owning_ = other.owning_;
+    other.owning_ = false;
+  }
+  return *this;
+}
+
+Worker::~Worker() {
+  if (!owning_ || !rt_) return;
+  try {
+    shutdown(true);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor[%s]: shutdown in ~Worker failed: %s\n", rt_->name.c_str(), e.what());
+  }
+}
+
+Worker init_rpc(WorkerOptions opts) {
+  opts = detail::resolve_options(std::move(opts));
+  detail::check_tls(opts);  // Note [TLS]: bad files are reported before anything starts
+  auto& registry = detail::FunctionRegistry::instance();
+  if (!registry.problems().empty())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, opts.name, "init_rpc(" + opts.name + "): " + registry.problems().front()});
+  auto rt = std::make_shared<detail::Runtime>(opts);
+  rt->rank = WorkerId(opts.rank);
+  rt->name = opts.name;
+  rt->call_ids.reset(rt->rank);
+  rt->transfer_ids.reset(rt->rank);
+  rt->peer_dead.reset(new std::atomic<bool>[size_t(opts.world_size)]);
+  for (int r = 0; r < opts.world_size; ++r) rt->peer_dead[size_t(r)] = false;
+  rt->transport = std::make_unique<detail::Transport>(opts.name, opts.secret, opts.tls, opts.greeting_timeout,
+                                                      size_t(opts.world_size));
+  detail::note_link_security(opts.name, rt->transport->authenticated(), rt->transport->tls());
+  rt->cfg = detail::make_caf_config(rt->opts);
+  rt->system = std::make_unique<caf::actor_system>(*rt->cfg);
+  rt->view.reset(new Worker(rt, false));
+  detail::Executor::Options ex;
+  ex.threads = opts.num_worker_threads;
+  ex.eager_threads = opts.eager_worker_threads;
+  ex.max_threads = opts.max_worker_threads;
+  ex.name = opts.name;
+  ex.on_thread_start = [view = rt->view.get()] { detail::set_thread_worker(view); };
+  rt->executor = std::make_shared<detail::Executor>(std::move(ex));
+  detail::install_layers(*rt);  // first: it registers functions the join compares
+  if (!opts.tls.enabled() && opts.bulk_threshold > 0) rt->bulk = std::make_unique<detail::BulkPath>(*rt);  // B6
+  rt->actor = detail::spawn_worker_actor(*rt);
+  try {
+    detail::join_world(*rt);
+    detail::start_inspection(*rt);
+  } catch (...) {
+    caf::logger::set_current_actor_system(nullptr);
+    rt->state.store(detail::RunState::stopped);
+    rt->teardown();
+    throw;
+  }
+  // CAF keeps a reference to the system's logger in a thread-local of every
+  // thread that used it; the system's destructor waits for all of them. Drop
+  // ours, so that any thread may shut this worker down later.
+  caf::logger::set_current_actor_system(nullptr);
+  set_intra_op_threads(*rt);
+  rt->state.store(detail::RunState::running);
+  detail::register_process_worker(rt->view.get());
+  return Worker(rt, true);
+}
+
+void Worker::call_raw(const std::string& to, const std::string& fn, std::vector<Value> args,
+                      std::optional<std::chrono::milliseconds> timeout, detail::Completion done) const {
+  WorkerId rank;
+  try {
+    rank = rank_of(to);
+  } catch (const RpcError& e) {
+    auto info = e.info();
+    info.message += " (calling '" + fn + "')";
+    return done(detail::Outcome::failure(std::move(info)));
+  }
+  CallRequest req;
+  req.function = fn;
+  if (rt_->rrefs) rt_->rrefs->convert_arguments(req, args);
+  req.args = std::move(args);
+  call_request(rank, std::move(req), timeout, std::move(done));
+}
+
+void Worker::call_request(WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
+                          detail::Completion done) const {
+  auto& rt = *rt_;
+  auto fail = [&](ErrorKind k, std::string who, std::string msg) {
+    done(detail::Outcome::failure(ErrorInfo{k, std::move(who), std::move(msg)}));
+  };
+  auto st = rt.state.load();
+  if (st != detail::RunState::running && st != detail::RunState::shutting_down)
+    return fail(ErrorKind::Shutdown, rt.name,
+                "worker " + rt.name + " is shut down; cannot call '" + req.function + "'");
+  for (size_t i = 0; i < req.args.size(); ++i)
+    if (auto why = wire::unsendable_reason(req.args[i]))
+      return fail(ErrorKind::Type, rt.name,
+                  "argument " + std::to_string(i + 1) + " of '" + req.function + "' cannot be sent: " + *why);
+  if (rt.rrefs)
+    if (auto why = rt.rrefs->foreign_rref(req.args)) return fail(ErrorKind::Type, rt.name, *why);
+  req.id = rt.call_ids.next();
+  req.caller = rt.rank;
+  rt.start_call(to, std::move(req), timeout.value_or(rt.opts.rpc_timeout), std::move(done));
+}
+
+WorkerId Worker::rank_of(const std::string& name) const {
+  auto it = rt_->rank_by_name.find(name);
+  if (it != rt_->rank_by_name.end()) return it->second;
+  std::string known;
+  for (const auto& w : rt_->world) known += (known.empty() ? "" : ", ") + w.name;
+  throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "' (known: " + known + ")"});
+}
+
+std::map<std::string, int64_t> Worker::autograd_debug_info() const {
+  if (!rt_ || !rt_->autograd) return {};
+  return rt_->autograd->debug_info();
+}
+
+std::map<std::string, int64_t> Worker::rref_debug_info() const {
+  if (!rt_ || !rt_->rrefs) return {};
+  return rt_->rrefs->debug_info();
+}
+
+detail::CallbackRunner Worker::callback_runner() const { return rt_->callback_runner(); }
+
+WorkerInfo Worker::get_worker_info() const { return WorkerInfo{rt_->name, rt_->rank}; }
+
+WorkerInfo Worker::get_worker_info(const std::string& name) const {
+  auto it = rt_->rank_by_name.find(name);
+  if (it == rt_->rank_by_name.end())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "'"});
+  return WorkerInfo{name, it->second};
+}
+
+WorkerInfo Worker::get_worker_info(int64_t id) const {
+  if (id < 0 || size_t(id) >= rt_->world.size())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, "", "unknown worker id " + std::to_string(id)});
+  return WorkerInfo{rt_->world[size_t(id)].name, id};
+}
+
+std::vector<WorkerInfo> Worker::get_worker_infos() const {
+  std::vector<WorkerInfo> out;
+  for (const auto& w : rt_->world) out.push_back(WorkerInfo{w.name, w.rank});
+  return out;
+}
+
+const std::string& Worker::name() const { return rt_->name; }
+int Worker::rank() const { return rt_->rank; }
+int Worker::world_size() const { return rt_->opts.world_size; }
+
+bool Worker::is_shut_down() const { return !rt_ || rt_->state.load() == detail::RunState::stopped; }
+
+void Worker::shutdown(bool graceful) {
+  if (!rt_) return;
+  auto& rt = *rt_;
+  if (rt.state.load() == detail::RunState::stopped) return;  // idempotent, whichever handle asks
+  if (!owning_)
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name,
+                                  "shutdown() needs the Worker returned by init_rpc, not current_worker()"});
+  if (detail::Executor::current() == rt.executor.get())
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name,
+                                  "shutdown() cannot run inside one of this worker's own functions: "
+                                  "it waits for them to finish"});
+  if (detail::on_caf_thread())
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name, "shutdown() cannot run on a CAF scheduler thread"});
+  std::optional<ErrorInfo> error;
+  if (rt.actor && rt.state.load() != detail::RunState::stopped) {
+    auto result = std::make_shared<std::promise<std::optional<ErrorInfo>>>();
+    auto answer = result->get_future();
+    caf::anon_send(rt.actor, detail::ShutdownCommand{graceful, [result](std::optional<ErrorInfo> e) {
+                                                      result->set_value(std::move(e));
+                                                    }});
+    error = answer.get();
+  }
+  detail::unregister_process_worker(rt.view.get());
+  owning_ = false;
+  rt.teardown();  // the runtime stays (stopped) so that later calls fail cleanly
+  if (error) throw_rpc_error(std::move(*error));
+}
+
+}  // namespace castor

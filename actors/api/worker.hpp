@@ -1,0 +1,161 @@
+// Worker: the public handle of one castor worker: init_rpc joins the world,
+// rpc_sync / rpc_async call functions on any worker, shutdown leaves it.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "actors/api/current_worker.hpp"
+#include "actors/api/errors.hpp"
+#include "actors/api/future.hpp"
+#include "actors/api/registry.hpp"
+#include "actors/api/worker_options.hpp"
+#include "messages/call.hpp"
+#include "messages/value.hpp"
+#include "messages/value_traits.hpp"
+
+namespace castor {
+
+template <class T>
+class RRef;
+
+namespace detail {
+class Runtime;
+
+/// Arguments of a call, converted, and the trailing Timeout if any.
+struct PackedArgs {
+  std::vector<Value> values;
+  std::optional<std::chrono::milliseconds> timeout;
+};
+
+template <class A>
+void pack_one(PackedArgs& out, A&& a) {
+  if constexpr (std::is_same<std::decay_t<A>, Timeout>::value)
+    out.timeout = a.value;
+  else
+    out.values.push_back(traits_for<A>::to_value(std::forward<A>(a)));
+}
+
+template <class... Args>
+PackedArgs pack_args(Args&&... args) {
+  PackedArgs out;
+  out.values.reserve(sizeof...(Args));
+  (pack_one(out, std::forward<Args>(args)), ...);
+  return out;
+}
+
+/// Completes `p` from a call's outcome, converting the result to R.
+template <class R>
+Completion complete_into(Promise<R> p, std::string what) {
+  return [p = std::move(p), what = std::move(what)](Outcome o) {
+    if (!o.ok) {
+      p.try_set_error(std::move(o.error));
+      return;
+    }
+    if constexpr (std::is_void<R>::value) {
+      p.try_set_value();
+    } else {
+      try {
+        p.try_set_value(ValueTraits<R>::from_value(std::move(o.value)));
+      } catch (const TypeMismatch& m) {
+        p.try_set_error(ErrorInfo{ErrorKind::Type, "",
+                                  what + " returned " + m.given + m.path + ", expected " + m.expected});
+      }
+    }
+  };
+}
+}  // namespace detail
+
+class Worker {
+ public:
+  Worker(Worker&& other) noexcept;
+  Worker& operator=(Worker&& other) noexcept;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+  /// A Worker that was not shut down shuts down gracefully.
+  ~Worker();
+
+  /// Runs `fn` on worker `to` and waits for its result.
+  template <class R, class... Args>
+  R rpc_sync(const std::string& to, const std::string& fn, Args&&... args) const {
+    return rpc_async<R>(to, fn, std::forward<Args>(args)...).wait();
+  }
+
+  /// Starts `fn` on worker `to`; the Future completes with its result. A
+  /// dropped Future is fire-and-forget: the call still runs.
+  template <class R, class... Args>
+  Future<R> rpc_async(const std::string& to, const std::string& fn, Args&&... args) const {
+    auto packed = detail::pack_args(std::forward<Args>(args)...);
+    Promise<R> p(callback_runner());
+    call_raw(to, fn, std::move(packed.values), packed.timeout,
+             detail::complete_into<R>(p, "function '" + fn + "' on worker " + to));
+    return p.future();
+  }
+
+  /// Starts `fn` (a function, an ATen operator, or a registered class name to
+  /// construct) on `to`, and returns at once an RRef to the result, which
+  /// stays on `to`. Defined in rref/rref.hpp.
+  template <class T, class... Args>
+  RRef<T> remote(const std::string& to, const std::string& fn, Args&&... args) const;
+
+  /// An RRef to a value owned by this worker. Defined in rref/rref.hpp.
+  template <class T>
+  RRef<std::decay_t<T>> make_rref(T&& value) const;
+
+  /// PyTorch's keys: num_owner_rrefs, num_pending_futures, num_pending_users,
+  /// num_forks; and num_pending_children, num_user_rrefs,
+  /// num_unacked_control_messages. Readable after shutdown.
+  std::map<std::string, int64_t> rref_debug_info() const;
+
+  /// num_autograd_contexts, num_send_functions, num_recv_functions,
+  /// num_running_graph_tasks. Readable after shutdown.
+  std::map<std::string, int64_t> autograd_debug_info() const;
+
+  /// This worker's name and id (rank).
+  WorkerInfo get_worker_info() const;
+  /// Another worker's, by name or by id; throws LookupError if unknown.
+  WorkerInfo get_worker_info(const std::string& name) const;
+  WorkerInfo get_worker_info(int64_t id) const;
+  std::vector<WorkerInfo> get_worker_infos() const;
+
+  const std::string& name() const;
+  int rank() const;
+  int world_size() const;
+
+  /// Graceful: returns when every worker has entered shutdown and all work
+  /// everywhere has finished. shutdown(false) stops at once. Throws
+  /// ShutdownError if a peer died meanwhile. Idempotent.
+  void shutdown(bool graceful = true);
+  bool is_shut_down() const;
+
+  // -- internals used by the layers above ------------------------------------
+  /// Sends a call; `done` always runs exactly once (errors included).
+  void call_raw(const std::string& to, const std::string& fn, std::vector<Value> args,
+                std::optional<std::chrono::milliseconds> timeout, detail::Completion done) const;
+  /// Sends a prepared request (kind, target, result_to set by the caller).
+  void call_request(WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
+                    detail::Completion done) const;
+  /// The rank of a worker by name; throws LookupError naming the known ones.
+  WorkerId rank_of(const std::string& name) const;
+  detail::CallbackRunner callback_runner() const;
+  detail::Runtime& runtime() const { return *rt_; }
+
+ private:
+  friend Worker init_rpc(WorkerOptions opts);
+  friend class detail::Runtime;
+  Worker(std::shared_ptr<detail::Runtime> rt, bool owning);
+
+  std::shared_ptr<detail::Runtime> rt_;
+  bool owning_ = false;  // the user's handle; the runtime's own view is not
+};
+
+/// Starts this worker and joins the world; returns when every rank joined.
+/// Fills unset options from MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE.
+Worker init_rpc(WorkerOptions opts);
+
+}  // namespace castor

@@ -1,0 +1,70 @@
+// Peers: who is connected, who is alive. Every peer is monitored; a peer whose
+// connection is lost is dead for the rest of the job, and every call waiting
+// on it fails at once with "worker <name> is unreachable".
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/worker_state.hpp"
+
+namespace castor::detail {
+
+bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle) {
+  auto& st = self->state;
+  if (rank < 0 || size_t(rank) >= st.peers.size() || rank == st.rt->rank || !handle) return false;
+  auto& slot = st.peers[size_t(rank)];
+  if (!slot) {
+    slot = PeerSlot{handle, true};
+    st.rank_by_addr[handle.address()] = rank;
+    self->monitor(handle);
+  }
+  if (all_peers_known(self)) {
+    for (auto& rp : st.ready_waiters) rp.deliver(peer_handles(self));
+    st.ready_waiters.clear();
+  }
+  return true;
+}
+
+bool all_peers_known(worker_pointer self) {
+  const auto& st = self->state;
+  for (size_t r = 0; r < st.peers.size(); ++r)
+    if (WorkerId(r) != st.rt->rank && !st.peers[r]) return false;
+  return true;
+}
+
+std::vector<worker_peer> peer_handles(worker_pointer self) {
+  std::vector<worker_peer> out(self->state.peers.size());
+  for (size_t r = 0; r < out.size(); ++r)
+    if (self->state.peers[r]) out[r] = self->state.peers[r]->handle;
+  return out;
+}
+
+bool peer_usable(worker_pointer self, WorkerId rank) {
+  const auto& slot = self->state.peers[size_t(rank)];
+  return slot && slot->alive;
+}
+
+void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
+  auto& st = self->state;
+  auto it = st.rank_by_addr.find(dm.source);
+  if (it == st.rank_by_addr.end()) return;
+  auto rank = it->second;
+  auto& slot = st.peers[size_t(rank)];
+  if (!slot || !slot->alive) return;
+  slot->alive = false;
+  st.rt->peer_dead[size_t(rank)] = true;  // before failing its calls: see Note [Direct sends]
+  st.chunks.drop_from(rank);
+  auto* rt = st.rt;
+  auto who = rt->name_of(rank);
+  if (rt->state.load() != RunState::stopped)
+    fail_pending_impl(
+        self, [rank](const PendingCall& c) { return c.to == rank; },
+        [who](const PendingCall& c) {
+          return make_error(ErrorKind::Unreachable, who,
+                            "worker " + who + " is unreachable (connection lost while calling '" + c.function + "')");
+        });
+  if (rt->rrefs) rt->rrefs->on_peer_down(rank);
+  if (rt->autograd) rt->autograd->on_peer_down(rank);
+  on_peer_lost_during_shutdown_impl(self, rank);
+}
+
+}  // namespace castor::detail

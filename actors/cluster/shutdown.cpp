@@ -1,0 +1,222 @@
+// Graceful shutdown: distributed termination detection, coordinated by rank 0.
+#include <cstdio>
+#include <cstdlib>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/worker_state.hpp"
+
+namespace castor::detail {
+
+// Note [Graceful shutdown]
+// ~~~~~~~~~~~~~~~~~~~~~~~~
+// A worker that calls shutdown() keeps serving until every worker has called
+// it and no work is left anywhere, including calls started by calls. Rank 0
+// coordinates (Mattern's four-counter method):
+//
+//  S1. Each worker, on its ShutdownCommand, tells rank 0 (shutdown_atom).
+//  S2. Once every rank has entered, rank 0 runs termination waves: it asks
+//      each worker for its report (probe_atom, round): the counted messages
+//      it ever sent and handled, and whether it is idle (no request running,
+//      queued or awaiting a reply, no executor task, no call of its own in
+//      flight).
+//  S3. The world is terminated when two consecutive waves both see every
+//      worker idle with sum(sent) == sum(received), and the totals did not
+//      change between them. One wave alone is not enough: a message sent
+//      after its sender reported but handled before its receiver reported
+//      can balance the sums while another message is still in transit.
+//  S4. Rank 0 then tells every worker (done_atom), waits for their answers,
+//      and finishes itself last, so nobody loses rank 0 while waiting. A
+//      worker that leaves after its answer is no failure.
+//
+// Counted messages are those that carry work: CallRequest and CallReply
+// (more in later layers). A request counts as received when its handler
+// runs and stays "in flight" until its reply is counted as sent, so a worker
+// busy with a call is never idle. RRef control messages are not counted:
+// their sender is not idle until their ack arrives, and an owner that still
+// has forks keeps its worker from being idle. Every worker releases its own
+// RRefs during the waves, when it reports with no call running (not when it
+// enters shutdown: peers still running may call it and pass it RRefs).
+//
+// A dead peer ends the shutdown with an error, decided by rank 0: rank 0
+// fails as soon as it is in shutdown and knows a peer dead, and then leaves;
+// the others fail when they lose rank 0. A worker waiting in shutdown that
+// loses another worker keeps serving: rank 0 may still be running its app
+// and calling it (the survivors of a lost worker carry on), and a worker that
+// left after its done_atom is no failure at all. Rank 0 monitors every peer,
+// so it learns of the death itself, or its probe to the dead one fails.
+
+namespace {
+
+constexpr auto kProbeTimeout = std::chrono::seconds(30);
+constexpr auto kWavePause = std::chrono::milliseconds(2);
+
+bool is_coordinator(worker_pointer self) { return self->state.rt->rank == 0; }
+
+void on_report(worker_pointer self, TerminationReport report);
+
+void broadcast_done(worker_pointer self) {
+  auto& st = self->state;
+  st.shutdown.finishing = true;
+  st.shutdown.acks_missing = 0;
+  for (size_t r = 0; r < st.peers.size(); ++r) {
+    if (WorkerId(r) == st.rt->rank || !peer_usable(self, WorkerId(r))) continue;
+    ++st.shutdown.acks_missing;
+    // A peer that closed before answering is as good as an answer.
+    auto on_answer = [self] {
+      if (--self->state.shutdown.acks_missing == 0) finish_shutdown_impl(self, std::nullopt);
+    };
+    self->request(st.peers[r]->handle, std::chrono::seconds(5), done_atom::value)
+        .then([on_answer](bool) { on_answer(); }, [on_answer](caf::error&) { on_answer(); });
+  }
+  if (st.shutdown.acks_missing == 0) finish_shutdown_impl(self, std::nullopt);
+}
+
+void evaluate_wave(worker_pointer self) {
+  auto& sd = self->state.shutdown;
+  uint64_t sent = 0, received = 0;
+  bool idle = true;
+  for (const auto& r : sd.reports) {
+    sent += r.sent;
+    received += r.received;
+    idle = idle && r.idle;
+  }
+  sd.wave_running = false;
+  if (std::getenv("CASTOR_DEBUG_SHUTDOWN"))
+    for (const auto& r : sd.reports)
+      std::fprintf(stderr, "wave %lld rank %d sent %llu received %llu idle %d\n", (long long)r.round, int(r.rank),
+                   (unsigned long long)r.sent, (unsigned long long)r.received, int(r.idle));
+  bool balanced = idle && sent == received;
+  if (balanced && sd.have_previous && sent == sd.previous_sent && received == sd.previous_received) {
+    broadcast_done(self);
+    return;
+  }
+  sd.have_previous = balanced;
+  sd.previous_sent = sent;
+  sd.previous_received = received;
+  self->delayed_send(self, kWavePause, probe_atom::value);
+}
+
+void on_report(worker_pointer self, TerminationReport report) {
+  auto& sd = self->state.shutdown;
+  if (report.round != sd.round || !sd.wave_running) return;
+  sd.reports.push_back(report);
+  if (sd.reports.size() == self->state.peers.size()) evaluate_wave(self);
+}
+
+}  // namespace
+
+void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  if (rt->state.load() == RunState::stopped || st.shutdown.requested) {
+    if (cmd.done) cmd.done(std::nullopt);
+    return;
+  }
+  st.shutdown.requested = true;
+  st.shutdown.done = std::move(cmd.done);
+  if (!cmd.graceful) {
+    finish_shutdown_impl(self, std::nullopt);
+    return;
+  }
+  rt->state.store(RunState::shutting_down);
+  // Local RRefs are not released here: other workers may still call into
+  // this one, and what those calls create or pass must stay usable. They
+  // are released by the termination waves (local_report_impl), once every
+  // worker has entered shutdown and no call runs here.
+  for (size_t r = 0; r < st.peers.size(); ++r)
+    if (WorkerId(r) != rt->rank && !peer_usable(self, WorkerId(r)) && (is_coordinator(self) || r == 0)) {
+      fail_shutdown_impl(self, WorkerId(r));
+      return;
+    }
+  if (is_coordinator(self))
+    on_shutdown_entered_impl(self, rt->rank);
+  else
+    self->send(st.peers[0]->handle, shutdown_atom::value, rt->rank);
+}
+
+void on_shutdown_entered_impl(worker_pointer self, WorkerId rank) {
+  auto& st = self->state;
+  if (!is_coordinator(self)) return;
+  st.shutdown.entered.insert(rank);
+  if (st.shutdown.entered.size() == st.peers.size() && !st.shutdown.wave_running) start_wave_impl(self);
+}
+
+void start_wave_impl(worker_pointer self) {
+  auto& st = self->state;
+  auto& sd = st.shutdown;
+  if (!is_coordinator(self) || sd.wave_running || st.rt->state.load() == RunState::stopped) return;
+  sd.wave_running = true;
+  sd.round += 1;
+  sd.reports.clear();
+  auto round = sd.round;
+  for (size_t r = 0; r < st.peers.size(); ++r) {
+    if (WorkerId(r) == st.rt->rank) continue;
+    self->request(st.peers[r]->handle, kProbeTimeout, probe_atom::value, round)
+        .then([self](TerminationReport& rep) { on_report(self, std::move(rep)); },
+              [self, r](caf::error&) { on_peer_lost_during_shutdown_impl(self, WorkerId(r)); });
+  }
+  on_report(self, local_report_impl(self, round));
+}
+
+TerminationReport local_report_impl(worker_pointer self, int64_t round) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  TerminationReport rep;
+  rep.round = round;
+  rep.rank = rt->rank;
+  // Read `in_flight` and the executor before the counters: a reply counted
+  // after these reads shows up as an imbalance or as a change next wave.
+  bool calls_idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty();
+  bool rrefs_idle = !rt->rrefs || rt->rrefs->idle();
+  // Every worker has entered shutdown (probes start only then) and no code
+  // runs here: the RRefs this worker still holds (its user's, or kept by
+  // user data that nothing will drop any more) are released. A holder whose
+  // own worker is idle still keeps its owner busy, so this is not limited to
+  // workers whose RRef runtime is busy.
+  if (calls_idle && rt->rrefs) rt->rrefs->on_shutdown_begin();
+  bool idle = calls_idle && rrefs_idle && (!rt->autograd || rt->autograd->idle());
+  rep.sent = rt->counters.sent.load();
+  rep.received = rt->counters.received.load();
+  rep.idle = idle;
+  return rep;
+}
+
+void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  rt->state.store(RunState::stopped);
+  fail_pending_impl(
+      self, [](const PendingCall&) { return true; },
+      [rt](const PendingCall& c) {
+        return make_error(ErrorKind::Shutdown, rt->name,
+                          "worker " + rt->name + " shut down before '" + c.function + "' on " + rt->name_of(c.to) +
+                              " answered");
+      });
+  if (auto done = std::move(st.shutdown.done)) {
+    st.shutdown.done = nullptr;
+    done(std::move(error));
+  }
+}
+
+void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
+  // Another worker lost: rank 0 decides (Note [Graceful shutdown]).
+  if (!is_coordinator(self) && rank != 0) return;
+  fail_shutdown_impl(self, rank);
+}
+
+void fail_shutdown_impl(worker_pointer self, WorkerId rank) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
+  auto who = rt->name_of(rank);
+  finish_shutdown_impl(self, make_error(ErrorKind::Unreachable, who,
+                                        "graceful shutdown of " + rt->name + " failed: worker " + who +
+                                            " is unreachable"));
+}
+
+}  // namespace castor::detail

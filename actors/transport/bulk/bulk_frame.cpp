@@ -1,0 +1,57 @@
+// The bulk path's frames: placeholders for large tensors, and the head a
+// writer sends before the tensors' bytes (B1 of Note [Bulk path]).
+#include "actors/transport/bulk/bulk_frame.hpp"
+
+#include "messages/tensor_wire.hpp"
+
+namespace castor::detail::bulk {
+
+bool has_large(const Value& v, size_t threshold) {
+  if (v.is_list()) {
+    for (auto& x : v.to_list())
+      if (has_large(x, threshold)) return true;
+    return false;
+  }
+  return v.is_tensor() && wire::wire_bytes(v.to_tensor()) >= threshold;
+}
+
+// Depth-first, the order of B1 on both sides.
+void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vector<at::Tensor>& out) {
+  if (v.is_list()) {
+    for (auto& x : v.to_list()) extract(x, threshold, ids, out);
+    return;
+  }
+  if (!v.is_tensor() || wire::wire_bytes(v.to_tensor()) < threshold) return;
+  const auto& t = v.to_tensor();
+  ExternalTensor ext;
+  ext.transfer = ids.next();
+  ext.dtype = int8_t(*wire::to_wire_dtype(t.scalar_type()));
+  ext.sizes = t.sizes().vec();
+  ext.requires_grad = t.requires_grad();
+  out.push_back(t.detach().contiguous());
+  v = Value(std::move(ext));
+}
+
+void placeholders(Value& v, std::vector<Value*>& out) {
+  if (v.is_list()) {
+    for (auto& x : v.to_list()) placeholders(x, out);
+  } else if (v.is_external()) {
+    out.push_back(&v);
+  }
+}
+
+Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call) {
+  Frame out;
+  out.type = type;
+  put(out.head, type);
+  put(out.head, kBytesFollow);  // the writer may switch it to kAddresses (B7)
+  put(out.head, uint64_t(envelope.size()));
+  put(out.head, uint32_t(tensors.size()));
+  for (auto& t : tensors) put(out.head, uint64_t(wire::wire_bytes(t)));
+  out.head.insert(out.head.end(), envelope.begin(), envelope.end());
+  out.tensors = std::move(tensors);
+  out.call = call;
+  return out;
+}
+
+}  // namespace castor::detail::bulk

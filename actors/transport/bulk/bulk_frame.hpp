@@ -1,0 +1,65 @@
+// The bulk path's frames (B1 of Note [Bulk path] in bulk_path.cpp): the
+// constants of the link's protocol, a message's envelope with its large
+// tensors taken out, and the frame a writer sends.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <caf/binary_serializer.hpp>
+
+#include "messages/ids.hpp"
+#include "messages/value.hpp"
+
+namespace castor::detail::bulk {
+
+inline constexpr uint32_t kMagic = 0x31425343;  // "CSB1"
+inline constexpr uint8_t kRequest = 1, kReply = 2;
+inline constexpr uint8_t kBytesFollow = 0, kAddresses = 1;  // B1 or B7
+inline constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T', kRefused = 'R';
+inline constexpr int kGreetingLimitSeconds = 5;
+inline constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 46;  // 64 TiB: beyond any machine, far from overflow
+inline constexpr uint64_t kMaxEnvelope = uint64_t(1) << 30;
+inline constexpr uint32_t kMaxTensors = 1 << 20;
+
+/// Appends the bytes of `x` to `buf`.
+template <class T>
+void put(std::vector<char>& buf, T x) {
+  auto at = buf.size();
+  buf.resize(at + sizeof x);
+  std::memcpy(buf.data() + at, &x, sizeof x);
+}
+
+/// The CAF encoding of `msg`, its large tensors already replaced (B1).
+template <class Message>
+std::vector<char> envelope_of(Message& msg) {
+  std::vector<char> buf;
+  caf::binary_serializer sink{nullptr, buf};
+  if (auto err = sink(msg)) throw std::runtime_error("cannot encode a message for the bulk link");
+  return buf;
+}
+
+/// Whether `v` holds a tensor of at least `threshold` bytes.
+bool has_large(const Value& v, size_t threshold);
+
+/// Replaces every tensor of at least `threshold` bytes in `v` by an
+/// ExternalTensor placeholder and appends it to `out` (depth-first: B1).
+void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vector<at::Tensor>& out);
+
+/// The placeholders in `v`, in the order extract() made them.
+void placeholders(Value& v, std::vector<Value*>& out);
+
+/// One message as a writer sends it.
+struct Frame {
+  uint8_t type = 0;
+  std::vector<char> head;  // type, mode, envelope length, tensor count, tensor lengths, envelope
+  std::vector<at::Tensor> tensors;
+  CallId call;  // requests: failed at once if the link breaks (B4)
+};
+
+Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
+
+}  // namespace castor::detail::bulk

@@ -1,0 +1,173 @@
+// The sending side of the bulk path: opening a link (B3, B7), its writer
+// thread (B1), and what a broken link does to the messages it held (B4).
+#include "actors/transport/bulk/bulk_link.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include <caf/logger.hpp>
+#include <caf/send.hpp>
+
+#include "actors/runtime/runtime.hpp"
+#include "actors/transport/bulk/same_host.hpp"
+#include "actors/transport/dialer.hpp"
+#include "actors/transport/sockets.hpp"
+#include "actors/transport/transport.hpp"
+#include "messages/rendezvous.hpp"
+#include "messages/tensor_wire.hpp"
+
+namespace castor::detail {
+
+using namespace bulk;
+
+namespace {
+
+// B4: a message a broken link did not send fails now: our request here, our
+// reply at the caller (through CAF). A request failed here was counted as
+// sent and will never be received: it is uncounted, or termination detection
+// would wait for it forever.
+void fail_unsent(Runtime& rt, WorkerId to, Frame& m, const std::string& why) {
+  if (m.type == kRequest) {
+    rt.counters.sent.fetch_sub(1, std::memory_order_relaxed);
+    if (auto call = rt.pending.take(m.call))
+      call->done(Outcome::failure(make_error(ErrorKind::Unreachable, rt.name_of(to), why)));
+    return;
+  }
+  if (size_t(to) >= rt.peer_handles.size() || !rt.peer_handles[size_t(to)]) return;
+  CallReply failed;
+  failed.id = m.call;
+  failed.error = make_error(ErrorKind::Unreachable, rt.name, "worker " + rt.name + " could not send the result: " + why);
+  caf::anon_send(rt.peer_handles[size_t(to)], std::move(failed));
+  caf::logger::set_current_actor_system(nullptr);
+}
+
+// Sends one frame: its head, then (B7) the tensors' addresses and the
+// receiver's answer, or (B1) their bytes.
+bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
+  bool send_bytes = true;
+  if (link.same_host) {  // B7: addresses, then wait for the receiver's copy
+    out.head[1] = char(kAddresses);
+    for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+    char answer = 0;
+    if (!net::write_all(link.fd, out.head.data(), out.head.size()) || !net::read_all(link.fd, &answer, 1) ||
+        (answer != kCopied && answer != kSendBytes))
+      return false;
+    send_bytes = answer == kSendBytes;
+    if (send_bytes) link.same_host = false;
+  } else if (!net::write_all(link.fd, out.head.data(), out.head.size())) {
+    return false;
+  }
+  for (size_t i = 0; send_bytes && i < out.tensors.size(); ++i)
+    if (!net::write_all(link.fd, out.tensors[i].data_ptr(), wire::wire_bytes(out.tensors[i]))) return false;
+  return true;
+}
+
+}  // namespace
+
+BulkPath::Link* BulkPath::link_to(WorkerId to) {
+  // Until init is done the peers' bulk ports may still be filled in (Note
+  // [Masterless join]); a call served that early goes through CAF.
+  if (rt_.state.load() == RunState::starting) return nullptr;
+  Link* link;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    if (stopping_ || to < 0 || size_t(to) >= rt_.world.size() || rt_.world[size_t(to)].bulk_port == 0) return nullptr;
+    if (links_.size() < rt_.world.size()) links_.resize(rt_.world.size());
+    if (!links_[size_t(to)]) {
+      links_[size_t(to)] = std::make_unique<Link>();
+      links_[size_t(to)]->to = to;
+    }
+    link = links_[size_t(to)].get();
+  }
+  std::lock_guard<std::mutex> lock(link->mtx);
+  if (link->broken) return nullptr;
+  if (link->fd >= 0) return link;
+  if (!open(*link)) return nullptr;
+  link->writer = std::thread([this, link] { write_loop(*link); });
+  return link;
+}
+
+// Under the link's lock: the door's greeting, then the bulk link's own (B3).
+bool BulkPath::open(Link& link) {
+  const auto& peer = rt_.world[size_t(link.to)];
+  auto dial_opts = rt_.transport->dial_options();
+  dial_opts.tls = nullptr;  // B6: there is no bulk link with TLS
+  auto dialed = dial(dial_opts, peer.host, peer.bulk_port, door::Purpose::bulk,
+                     net::Clock::now() + std::chrono::milliseconds(3000));
+  int fd = dialed.fd;
+  std::string why = dialed.error;
+  if (fd >= 0) {
+    net::set_nonblocking(fd, false);
+    net::set_bulk_buffers(fd);
+    std::vector<char> hello;
+    put(hello, kMagic);
+    put(hello, int32_t(rt_.rank));
+    put(hello, uint32_t(kWireProtocolVersion));
+    put(hello, int32_t(::getpid()));
+    put(hello, uint32_t(host_identity().size()));
+    hello.insert(hello.end(), host_identity().begin(), host_identity().end());
+    // The receiver answers once its own init is done (at most kGreetingLimit);
+    // a link cut now must not hold this thread (and the link) for longer.
+    timeval limit{kGreetingLimitSeconds, 0}, none{0, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+    char answer = 0;
+    if (!net::write_all(fd, hello.data(), hello.size()) || !net::read_all(fd, &answer, 1))
+      ::close(fd), fd = -1, why = "no answer to the greeting";
+    else if (answer != kSameHost && answer != kOtherHost)
+      ::close(fd), fd = -1, why = "refused by the receiver";
+    if (fd >= 0) {
+      ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+      ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
+    }
+    link.same_host = answer == kSameHost && rt_.opts.bulk_same_host;
+  }
+  if (fd < 0) {
+    link.broken = true;
+    std::fprintf(stderr, "castor[%s]: no bulk link to worker %s (%s:%u: %s); its large messages go through CAF\n",
+                 rt_.name.c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
+    return false;
+  }
+  link.fd = fd;
+  return true;
+}
+
+void BulkPath::write_loop(Link& link) {
+  for (;;) {
+    Frame out;
+    {
+      std::unique_lock<std::mutex> lock(link.mtx);
+      link.cv.wait(lock, [&] { return !link.queue.empty() || stopping_; });
+      if (link.queue.empty()) return;
+      out = std::move(link.queue.front());
+      link.queue.pop_front();
+    }
+    uint64_t bytes = 0;
+    for (auto& t : out.tensors) bytes += wire::wire_bytes(t);
+    errno = 0;
+    if (send_frame(rt_, link, out)) {
+      rt_.stats.bulk_sent.fetch_add(1, std::memory_order_relaxed);
+      rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+      continue;
+    }
+    // B4: this frame and everything queued behind it fail now.
+    auto why = "the bulk link to worker " + rt_.name_of(link.to) + " broke" +
+               (errno ? std::string(": ") + std::strerror(errno) : std::string());
+    std::deque<Frame> lost;
+    {
+      std::lock_guard<std::mutex> lock(link.mtx);
+      link.broken = true;
+      lost.swap(link.queue);
+    }
+    lost.push_front(std::move(out));
+    if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name.c_str(), why.c_str());
+    for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
+    return;
+  }
+}
+
+}  // namespace castor::detail

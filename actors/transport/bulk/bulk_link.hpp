@@ -1,0 +1,26 @@
+// One outgoing bulk link (B3, B4, B7 of Note [Bulk path]): its socket, its
+// queue of frames and the writer thread that drains it.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "actors/transport/bulk/bulk_frame.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
+
+namespace castor::detail {
+
+struct BulkPath::Link {
+  WorkerId to = -1;
+  int fd = -1;
+  bool broken = false;     // B4: never reused
+  bool same_host = false;  // B7: send addresses, not bytes
+  std::mutex mtx;          // guards all of the above and the queue
+  std::condition_variable cv;
+  std::deque<bulk::Frame> queue;
+  std::thread writer;
+};
+
+}  // namespace castor::detail

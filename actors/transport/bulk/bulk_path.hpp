@@ -1,0 +1,67 @@
+// The bulk path: messages carrying large tensors travel on a plain TCP
+// connection per ordered worker pair, beside CAF's BASP links, so that tensor
+// bytes are written from and read into tensor memory with no copy and no
+// BASP framing. See Note [Bulk path] in bulk_path.cpp.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "messages/call.hpp"
+
+namespace castor::detail {
+
+class Runtime;
+
+class BulkPath {
+ public:
+  /// Listens on the worker's host (any free port) behind its door. Throws RpcError.
+  explicit BulkPath(Runtime& rt);
+  ~BulkPath();
+  BulkPath(const BulkPath&) = delete;
+  BulkPath& operator=(const BulkPath&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  /// Whether a message with these values should take the bulk path.
+  bool wants(const std::vector<Value>& values) const;
+  bool wants(const Value& value) const;
+
+  /// Queues `msg` for `to`; false (and `msg` untouched) when the link to
+  /// `to` cannot be opened: the caller sends through CAF instead.
+  bool try_send(WorkerId to, CallRequest& msg);
+  bool try_send(WorkerId to, CallReply& msg);
+
+  /// Closes every link and joins every thread. Idempotent.
+  void stop();
+
+  struct Link;  // bulk_link.hpp
+
+ private:
+  Link* link_to(WorkerId to);                       // bulk_link.cpp
+  bool open(Link& link);                            // bulk_link.cpp
+  void write_loop(Link& link);                      // bulk_link.cpp
+  void start_reader(int fd);                        // on the door's thread
+  void read_loop(int fd);                           // bulk_reader.cpp
+  bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
+            const std::function<std::vector<char>()>& encode);
+
+  Runtime& rt_;
+  uint16_t port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::mutex mtx_;
+  std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
+  struct Reader {
+    std::thread thread;
+    int fd = -1;  // closed by whoever joins the thread
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<Reader> readers_;
+};
+
+}  // namespace castor::detail

@@ -1,0 +1,157 @@
+// The receiving side of a bulk link: its greeting (B3), then frame after
+// frame rebuilt and handed to the worker actor as the peer's (B1, B2, B5, B7).
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/logger.hpp>
+#include <caf/send.hpp>
+
+#include "actors/runtime/runtime.hpp"
+#include "actors/transport/bulk/bulk_frame.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/bulk/receive_blocks.hpp"
+#include "actors/transport/bulk/same_host.hpp"
+#include "actors/transport/sockets.hpp"
+#include "messages/rendezvous.hpp"
+#include "messages/tensor_wire.hpp"
+
+namespace castor::detail {
+
+using namespace bulk;
+
+void BulkPath::read_loop(int fd) {
+  std::string from_name = "an unknown peer";
+  auto drop = [&](const std::string& why) {
+    if (!stopping_)
+      std::fprintf(stderr, "castor[%s]: closed the bulk link from %s: %s\n", rt_.name.c_str(), from_name.c_str(),
+                   why.c_str());
+    ::shutdown(fd, SHUT_RDWR);
+  };
+  uint32_t magic = 0, version = 0;
+  int32_t from = -1;
+  int32_t pid = 0;
+  uint32_t id_len = 0;
+  // The greeting of B3 comes at once or not at all: a silent peer must not
+  // hold this thread.
+  timeval limit{kGreetingLimitSeconds, 0}, none{0, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  if (!net::read_all(fd, &magic, 4) || !net::read_all(fd, &from, 4) || !net::read_all(fd, &version, 4)) return drop("no greeting");
+  if (magic != kMagic) return drop("not a castor bulk link");
+  if (!net::read_all(fd, &pid, 4) || !net::read_all(fd, &id_len, 4) || id_len > 4096) return drop("no greeting");
+  std::string identity(id_len, '\0');
+  if (!net::read_all(fd, identity.data(), id_len)) return drop("no greeting");
+  bool same_host = rt_.opts.bulk_same_host && !identity.empty() && identity == host_identity() && pid > 0 &&
+                   pid != ::getpid();
+  // The world is known once init is done; a peer may connect a moment
+  // earlier. Answer only after checking, so that a refused sender falls back
+  // to CAF instead of writing frames that would be lost (B4).
+  auto refuse = [&](const std::string& why) {
+    char no = kRefused;
+    (void)net::write_all(fd, &no, 1);
+    drop(why);
+  };
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kGreetingLimitSeconds - 1);
+  while (rt_.state.load() == RunState::starting && !stopping_ && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (rt_.state.load() == RunState::starting) return refuse("this worker's init has not finished");
+  if (from < 0 || size_t(from) >= rt_.peer_handles.size() || from == rt_.rank || !rt_.peer_handles[size_t(from)])
+    return refuse("rank " + std::to_string(from) + " is not a peer of this world");
+  from_name = "worker " + rt_.name_of(from);
+  // B7 reads only from the process that joined as that rank (its pid came
+  // with the join, not with this unauthenticated greeting).
+  same_host = same_host && pid == rt_.world[size_t(from)].pid;
+  if (version != kWireProtocolVersion)
+    return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
+  char answer = same_host ? kSameHost : kOtherHost;
+  if (!net::write_all(fd, &answer, 1)) return drop("closed during the greeting");
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
+  auto sender = rt_.peer_handles[size_t(from)];
+  for (;;) {
+    uint8_t type = 0, mode = 0;
+    uint64_t env_len = 0;
+    uint32_t count = 0;
+    if (!net::read_all(fd, &type, 1)) return (void)::shutdown(fd, SHUT_RDWR);  // closed between frames: the peer is done
+    if (!net::read_all(fd, &mode, 1) || !net::read_all(fd, &env_len, 8) || !net::read_all(fd, &count, 4))
+      return drop("truncated frame");
+    if ((type != kRequest && type != kReply) || (mode != kBytesFollow && mode != kAddresses) ||
+        (mode == kAddresses && !same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
+      return drop("malformed frame header");
+    std::vector<uint64_t> lengths(count);
+    std::vector<char> env(env_len);
+    if (!net::read_all(fd, lengths.data(), 8 * size_t(count)) || !net::read_all(fd, env.data(), env.size()))
+      return drop("truncated frame");
+    CallRequest req;
+    CallReply reply;
+    std::vector<Value*> slots;
+    caf::binary_deserializer source{nullptr, env};
+    caf::error err;
+    if (type == kRequest) {
+      err = source(req);
+      for (auto& a : req.args) placeholders(a, slots);
+    } else {
+      err = source(reply);
+      placeholders(reply.result, slots);
+    }
+    if (err || slots.size() != count) return drop("malformed envelope");
+    std::vector<uint64_t> addresses(mode == kAddresses ? count : 0);
+    if (!addresses.empty() && !net::read_all(fd, addresses.data(), 8 * size_t(count))) return drop("truncated frame");
+    std::vector<at::Tensor> received(count);
+    for (size_t i = 0; i < count; ++i) {
+      auto ext = slots[i]->to_external();
+      auto dtype = wire::from_wire_dtype(ext.dtype);
+      if (!dtype) return drop("unknown dtype");
+      // Check the claimed length against the shape before allocating anything.
+      uint64_t expected = c10::elementSize(*dtype);
+      bool overflow = false;
+      for (auto d : ext.sizes) {
+        if (d < 0) return drop("negative tensor size");
+        overflow |= d != 0 && expected > UINT64_MAX / uint64_t(d);
+        expected *= uint64_t(d);
+      }
+      if (overflow || expected != lengths[i]) return drop("tensor length does not match its shape");
+      if (expected > kMaxTensorBytes) return drop("a tensor of " + std::to_string(expected) + " bytes");
+      at::Tensor t;
+      try {
+        t = ReceiveBlocks::instance().empty(ext.sizes, *dtype, size_t(expected));
+      } catch (const std::exception& e) {
+        return drop("cannot allocate " + std::to_string(expected) + " bytes: " + e.what());
+      }
+      received[i] = std::move(t);
+    }
+    // B7: copy out of the sender's memory; if the kernel refuses, ask for the bytes.
+    bool copied = !addresses.empty();
+    for (size_t i = 0; copied && i < count; ++i)
+      copied = copy_from_process(pid, addresses[i], received[i].data_ptr(), lengths[i]);
+    if (!addresses.empty()) {
+      char reply_byte = copied ? kCopied : kSendBytes;
+      if (!net::write_all(fd, &reply_byte, 1)) return drop("closed while copying");
+      if (!copied) {
+        same_host = false;
+        std::fprintf(stderr, "castor[%s]: cannot read tensors from %s's memory (%s); its link sends bytes\n",
+                     rt_.name.c_str(), from_name.c_str(), std::strerror(errno));
+      }
+    }
+    for (size_t i = 0; i < count; ++i) {
+      if (!copied && !net::read_all(fd, received[i].data_ptr(), lengths[i])) return drop("truncated tensor");
+      auto ext = slots[i]->to_external();
+      if (ext.requires_grad) received[i].set_requires_grad(true);
+      *slots[i] = Value(std::move(received[i]));
+    }
+    rt_.stats.bulk_received.fetch_add(1, std::memory_order_relaxed);
+    for (auto n : lengths) rt_.stats.bulk_bytes_received.fetch_add(n, std::memory_order_relaxed);
+    // B2: as if the peer's worker actor had sent it through CAF.
+    if (type == kRequest)
+      caf::send_as(sender, rt_.actor, std::move(req));
+    else
+      caf::send_as(sender, rt_.actor, std::move(reply));
+    caf::logger::set_current_actor_system(nullptr);
+  }
+}
+
+}  // namespace castor::detail

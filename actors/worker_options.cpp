@@ -1,8 +1,0 @@
-// Option helpers: names of modes.
-#include "actors/worker_options.hpp"
-
-namespace castor {
-
-const char* to_string(AutogradMode m) { return m == AutogradMode::fast ? "fast" : "smart"; }
-
-}  // namespace castor
