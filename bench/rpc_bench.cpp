@@ -2,7 +2,7 @@
 #include <ATen/ATen.h>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/testing.hpp"
 
 #include "bench_suites.hpp"
 
@@ -31,9 +31,9 @@ std::vector<Figure> bench_rpc(const Options& opts) {
   {
     // CAF's own request/response to the peer's worker actor: the floor of any
     // path through actors (a termination probe needs no user code).
-    auto& rt = w.runtime();
+    auto& rt = castor::testing::runtime(w);
     caf::scoped_actor self{*rt.system};
-    auto peer = rt.peer_handles[1];
+    auto peer = *rt.world().peer(1);
     int64_t round = 0;
     out.push_back(Figure{"caf_request_response_us", median_us(3000 * r, [&] {
                      self->request(peer, std::chrono::seconds(10), probe_atom::value, ++round)

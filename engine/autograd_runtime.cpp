@@ -7,7 +7,7 @@
 #include <caf/send.hpp>
 #include <torch/csrc/autograd/variable.h>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "actors/calls/thread_context.hpp"
 #include "engine/gradient_store.hpp"
 #include "engine/graph_task_actor.hpp"
@@ -20,13 +20,13 @@ thread_local ContextId tl_context;
 
 ContextId current_context_of_thread() { return tl_context; }
 
-AutogradRuntime& autograd_runtime(Runtime& rt) { return static_cast<AutogradRuntime&>(*rt.autograd); }
+AutogradRuntime& autograd_runtime(WorkerServices& rt) { return static_cast<AutogradRuntime&>(*rt.autograd()); }
 
-AutogradRuntime::AutogradRuntime(Runtime& rt) : message_ids(rt.rank), rt_(rt), context_ids_(rt.rank) {}
+AutogradRuntime::AutogradRuntime(WorkerServices& rt) : message_ids(rt.rank()), rt_(rt), context_ids_(rt.rank()) {}
 
 AutogradRuntime::~AutogradRuntime() { stop(); }
 
-AutogradMode AutogradRuntime::mode() const { return rt_.opts.autograd_mode; }
+AutogradMode AutogradRuntime::mode() const { return rt_.options().autograd_mode; }
 
 ContextId AutogradRuntime::current_context() const { return tl_context; }
 
@@ -131,8 +131,8 @@ void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
     return;
   }
   answer_gradient(rt_, grad, from,
-                  make_error(ErrorKind::Autograd, rt_.name,
-                             "worker " + rt_.name + " has no autograd context " +
+                  make_error(ErrorKind::Autograd, rt_.name(),
+                             "worker " + rt_.name() + " has no autograd context " +
                                  std::to_string(grad.context.as_int()) + " (released already?)"));
 }
 
@@ -161,11 +161,11 @@ std::optional<std::chrono::steady_clock::time_point> AutogradRuntime::sweep(std:
 }
 
 uint64_t AutogradRuntime::next_pass_id() {
-  return (uint64_t(uint32_t(rt_.rank)) << 40) | (passes_.fetch_add(1) + 1);
+  return (uint64_t(uint32_t(rt_.rank())) << 40) | (passes_.fetch_add(1) + 1);
 }
 
 void AutogradRuntime::request_sweep() {
-  if (rt_.actor) caf::anon_send(rt_.actor, sweep_atom::value);
+  rt_.request_sweep();
 }
 
 std::map<std::string, int64_t> AutogradRuntime::debug_info() const {

@@ -16,7 +16,7 @@
 
 namespace castor::detail {
 
-class Runtime;
+class WorkerServices;
 
 struct AutogradCounters {
   std::atomic<int64_t> contexts{0};
@@ -29,7 +29,7 @@ struct AutogradCounters {
 
 class AutogradRuntime : public AutogradHooks {
  public:
-  explicit AutogradRuntime(Runtime& rt);
+  explicit AutogradRuntime(WorkerServices& rt);
   ~AutogradRuntime() override;
 
   // AutogradHooks
@@ -56,7 +56,7 @@ class AutogradRuntime : public AutogradHooks {
   /// Ends context `id` here (its actor) and forgets it for good.
   void forget(ContextId id);
 
-  Runtime& runtime() { return rt_; }
+  WorkerServices& services() { return rt_; }
   AutogradCounters& counters() { return counters_; }
   AutogradMode mode() const;
   /// Graph tasks waiting with a deadline (Note [Graph task watchdog]).
@@ -68,7 +68,7 @@ class AutogradRuntime : public AutogradHooks {
   IdGenerator<AutogradMessageId> message_ids;
 
  private:
-  Runtime& rt_;
+  WorkerServices& rt_;
   IdGenerator<ContextId> context_ids_;
   AutogradCounters counters_;
   DeadlineBoard deadlines_;
@@ -81,7 +81,7 @@ class AutogradRuntime : public AutogradHooks {
   bool stopped_ = false;
 };
 
-AutogradRuntime& autograd_runtime(Runtime& rt);
+AutogradRuntime& autograd_runtime(WorkerServices& rt);
 
 /// The autograd context active on the calling thread (any worker).
 ContextId current_context_of_thread();

@@ -3,7 +3,7 @@
 
 #include <caf/send.hpp>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
 
@@ -13,9 +13,9 @@ namespace {
 using detail::AutogradRuntime;
 
 AutogradRuntime& runtime_of(Worker& w) {
-  auto& rt = w.runtime();
-  if (!rt.autograd || rt.state.load() == detail::RunState::stopped)
-    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name, "worker " + rt.name + " is shut down"});
+  auto& rt = detail::services(w);
+  if (!rt.autograd() || !rt.running())
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name(), "worker " + rt.name() + " is shut down"});
   return detail::autograd_runtime(rt);
 }
 
@@ -41,13 +41,13 @@ Context::Context(Worker& w) : w_(&w), id_(0) {
 }
 
 Context::~Context() {
-  auto& rt = w_->runtime();
-  if (!rt.autograd) return;
+  auto& rt = detail::services(*w_);
+  if (!rt.autograd()) return;
   auto& ar = detail::autograd_runtime(rt);
   ContextId id{uint64_t(id_)};
   if (ar.current_context() == id) ar.set_current_context(ContextId{});
   if (auto actor = ar.context(id, false))
-    caf::anon_send(actor, ContextControl{id, ContextControl::cleanup, rt.rank, {}});
+    caf::anon_send(actor, ContextControl{id, ContextControl::cleanup, rt.rank(), {}});
 }
 
 void Context::backward(const std::vector<at::Tensor>& roots, bool retain_graph, Timeout timeout) {
@@ -63,7 +63,7 @@ void backward(Worker& w, int64_t context_id, const std::vector<at::Tensor>& root
   detail::StartBackward sb;
   sb.roots = roots;
   sb.retain_graph = retain_graph;
-  sb.timeout = timeout.value.count() > 0 ? timeout.value : w.runtime().opts.rpc_timeout;
+  sb.timeout = timeout.value.count() > 0 ? timeout.value : detail::services(w).options().rpc_timeout;
   sb.done = [done](std::optional<ErrorInfo> e) {
     if (e)
       done.try_set_error(std::move(*e));

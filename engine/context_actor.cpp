@@ -13,7 +13,7 @@
 #include <caf/stateful_actor.hpp>
 #include <torch/csrc/autograd/variable.h>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
 #include "engine/graph_task_actor.hpp"
@@ -47,7 +47,7 @@ struct context_state {
   static inline const char* name = "castor.autograd_context";
 
   AutogradRuntime* ar = nullptr;
-  Runtime* rt = nullptr;
+  WorkerServices* rt = nullptr;
   ContextId id;
   // Forward pass: the send/recv functions of this context here, by message id
   // (kept alive by the context); the workers this context talked to.
@@ -63,20 +63,21 @@ struct context_state {
 
 using context_pointer = caf::stateful_actor<context_state, context_broker>*;
 
-void send_to_peer(Runtime* rt, WorkerId to, const ContextControl& msg) {
-  if (to < 0 || size_t(to) >= rt->peer_handles.size() || to == rt->rank || rt->peer_dead[size_t(to)]) return;
-  rt->counters.sent.fetch_add(1);
-  caf::anon_send(rt->peer_handles[size_t(to)], msg);
+void send_to_peer(WorkerServices* rt, WorkerId to, const ContextControl& msg) {
+  auto peer = rt->world().peer(to);
+  if (!peer) return;
+  rt->counters().sent.fetch_add(1);
+  caf::anon_send(*peer, msg);
 }
 
-void answer(Runtime* rt, const IncomingGrad& ig, std::optional<ErrorInfo> error) {
+void answer(WorkerServices* rt, const IncomingGrad& ig, std::optional<ErrorInfo> error) {
   answer_gradient(*rt, ig.grad, ig.from, error);
 }
 
 ErrorInfo context_error(context_pointer self, const std::string& why) {
   auto* rt = self->state.rt;
-  return make_error(ErrorKind::Autograd, rt->name,
-                    "worker " + rt->name + ", autograd context " + std::to_string(self->state.id.as_int()) + ": " + why);
+  return make_error(ErrorKind::Autograd, rt->name(),
+                    "worker " + rt->name() + ", autograd context " + std::to_string(self->state.id.as_int()) + ": " + why);
 }
 
 std::optional<std::string> refuse_pass(context_pointer self) {
@@ -160,7 +161,7 @@ void on_task_ended(context_pointer self, TaskEnded&& e) {
   if (e.released_graph) st.graph_released = true;
   if (e.error) {
     // Stop the pass everywhere else too (see Note [Context cleanup]).
-    ContextControl abort{st.id, ContextControl::abort, st.rt->rank, *e.error};
+    ContextControl abort{st.id, ContextControl::abort, st.rt->rank(), *e.error};
     for (auto p : st.peers) send_to_peer(st.rt, p, abort);
   }
 }
@@ -168,7 +169,7 @@ void on_task_ended(context_pointer self, TaskEnded&& e) {
 void on_control(context_pointer self, ContextControl&& msg) {
   auto& st = self->state;
   auto from = msg.from;
-  msg.from = st.rt->rank;
+  msg.from = st.rt->rank();
   if (msg.op == ContextControl::abort) {
     if (!st.task) return;  // nothing running here: the abort stops travelling
     self->send(st.task, msg);
@@ -183,7 +184,7 @@ void on_control(context_pointer self, ContextControl&& msg) {
   st.sends.clear();
   st.recvs.clear();
   if (st.task) {
-    ContextControl abort{st.id, ContextControl::abort, st.rt->rank,
+    ContextControl abort{st.id, ContextControl::abort, st.rt->rank(),
                          context_error(self, "the context was released during a backward pass")};
     self->send(st.task, abort);
   }
@@ -195,19 +196,19 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
                                               std::shared_ptr<GradientStore> grads) {
   self->state.ar = ar;
   self->state.grads = std::move(grads);
-  self->state.rt = &ar->runtime();
+  self->state.rt = &ar->services();
   self->state.id = id;
   return {
       [self](RegisterSend& r) {
-        if (r.peer != self->state.rt->rank) self->state.peers.insert(r.peer);
+        if (r.peer != self->state.rt->rank()) self->state.peers.insert(r.peer);
         self->state.sends.emplace(r.node->id().packed, std::move(r.node));
       },
       [self](RegisterRecv& r) {
-        if (r.peer != self->state.rt->rank) self->state.peers.insert(r.peer);
+        if (r.peer != self->state.rt->rank()) self->state.peers.insert(r.peer);
         self->state.recvs.emplace(r.node->send_id().packed, std::move(r.node));
       },
       [self](peer_atom, WorkerId w) {
-        if (w != self->state.rt->rank) self->state.peers.insert(w);
+        if (w != self->state.rt->rank()) self->state.peers.insert(w);
       },
       [self](StartBackward& sb) { start_root(self, std::move(sb)); },
       [self](IncomingGrad& ig) { on_incoming_grad(self, std::move(ig)); },
@@ -224,20 +225,21 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
 
 }  // namespace
 
-void answer_gradient(Runtime& rt, const BackwardGrad& grad, WorkerId from, const std::optional<ErrorInfo>& error) {
+void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from, const std::optional<ErrorInfo>& error) {
   if (grad.request == 0) return;  // C2 of Note [FAST mode]: it wants no answer
-  if (from < 0 || size_t(from) >= rt.peer_handles.size() || rt.peer_dead[size_t(from)]) return;
+  auto peer = rt.world().peer(from);
+  if (!peer) return;
   BackwardDone done;
   done.context = grad.context;
   done.request = grad.request;
   done.ok = !error;
   if (error) done.error = *error;
-  rt.counters.sent.fetch_add(1);
-  caf::anon_send(rt.peer_handles[size_t(from)], std::move(done));
+  rt.counters().sent.fetch_add(1);
+  caf::anon_send(*peer, std::move(done));
 }
 
 context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads) {
-  return ar.runtime().system->middleman().spawn_broker(context_behavior, &ar, id, std::move(grads));
+  return ar.services().system().middleman().spawn_broker(context_behavior, &ar, id, std::move(grads));
 }
 
 }  // namespace castor::detail

@@ -73,12 +73,12 @@ using context_actor = caf::typed_actor<
     caf::reacts_to<peer_down_atom, WorkerId>>;
 
 class AutogradRuntime;
-class Runtime;
+class WorkerServices;
 
 /// Answers a gradient's sender (BackwardDone, with `error` if it failed);
 /// nothing for one that wants no answer (C2 of Note [FAST mode]) or whose
 /// sender is gone.
-void answer_gradient(Runtime& rt, const BackwardGrad& grad, WorkerId from, const std::optional<ErrorInfo>& error);
+void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from, const std::optional<ErrorInfo>& error);
 
 class GradientStore;
 

@@ -10,7 +10,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 
 namespace castor::detail {
@@ -84,7 +84,7 @@ struct task_state {
   static inline const char* name = "castor.graph_task";
 
   AutogradRuntime* ar = nullptr;
-  Runtime* rt = nullptr;
+  WorkerServices* rt = nullptr;
   context_actor context;
   TaskStart start;
   std::shared_ptr<GraphTaskCore> core;     // null while an executor thread runs it
@@ -134,7 +134,7 @@ void finish(task_pointer self, std::optional<ErrorInfo> error) {
 
 ErrorInfo task_error(task_pointer self, ErrorKind kind, const std::string& why) {
   auto* rt = self->state.rt;
-  return make_error(kind, rt->name, "worker " + rt->name + ": backward pass in autograd context " +
+  return make_error(kind, rt->name(), "worker " + rt->name() + ": backward pass in autograd context " +
                                         std::to_string(self->state.start.context.as_int()) + " failed: " + why);
 }
 
@@ -252,13 +252,14 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
   bool last_word = hands_back_last_word(self, d.outgoing);  // C1
   for (auto& o : d.outgoing) {
-    if (o.to < 0 || size_t(o.to) >= st.rt->peer_handles.size() || st.rt->peer_dead[size_t(o.to)])
+    auto peer = st.rt->world().peer(o.to);
+    if (!peer)
       return finish(self, task_error(self, ErrorKind::Unreachable,
                                      "worker " + st.rt->name_of(o.to) + " is unreachable"));
     BackwardGrad g;
     g.context = st.start.context;
     g.send = o.send;
-    g.from = st.rt->rank;
+    g.from = st.rt->rank();
     g.pass = st.start.pass;
     if (last_word) {
       g.completes = st.start.first->grad.request;
@@ -270,8 +271,8 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     g.timeout_ms = st.start.timeout.count();
     g.participants = st.start.participants;
     for (auto& t : o.grads) g.grads.push_back(t.defined() ? Value(std::move(t)) : Value());
-    st.rt->counters.sent.fetch_add(1);
-    caf::anon_send(st.rt->peer_handles[size_t(o.to)], std::move(g));
+    st.rt->counters().sent.fetch_add(1);
+    caf::anon_send(*peer, std::move(g));
   }
   if (last_word) {
     st.start.first.reset();  // answered by the gradients just sent
@@ -357,12 +358,12 @@ graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime
                                               TaskStart start) {
   auto& st = self->state;
   st.ar = ar;
-  st.rt = &ar->runtime();
+  st.rt = &ar->services();
   st.context = std::move(context);
   st.start = std::move(start);
   st.core = st.start.core;
   st.start.core = nullptr;
-  if (st.start.timeout.count() <= 0) st.start.timeout = st.rt->opts.rpc_timeout;
+  if (st.start.timeout.count() <= 0) st.start.timeout = st.rt->options().rpc_timeout;
   ar->counters().graph_tasks.fetch_add(1);
   bool started = true;
   if (st.start.first) {
@@ -401,7 +402,7 @@ graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime
 }  // namespace
 
 graph_task_actor spawn_graph_task(AutogradRuntime& ar, context_actor context, TaskStart start) {
-  return ar.runtime().system->middleman().spawn_broker(task_behavior, &ar, std::move(context), std::move(start));
+  return ar.services().system().middleman().spawn_broker(task_behavior, &ar, std::move(context), std::move(start));
 }
 
 }  // namespace castor::detail

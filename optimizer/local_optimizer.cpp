@@ -16,7 +16,7 @@
 #include <torch/optim/sgd.h>
 
 #include "actors/api/current_worker.hpp"
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
 
@@ -40,7 +40,7 @@ using local_optimizer_actor = caf::typed_actor<caf::reacts_to<OptimJob>, caf::re
 
 struct optimizer_state {
   static inline const char* name = "castor.local_optimizer";
-  Runtime* rt = nullptr;
+  WorkerServices* rt = nullptr;
   std::deque<OptimJob> queue;  // jobs waiting for the previous one to finish
   bool busy = false;
 };
@@ -61,7 +61,7 @@ void pump(optimizer_pointer self) {
     st.busy = false;
 }
 
-local_optimizer_actor::behavior_type optimizer_behavior(optimizer_pointer self, Runtime* rt) {
+local_optimizer_actor::behavior_type optimizer_behavior(optimizer_pointer self, WorkerServices* rt) {
   self->state.rt = rt;
   return {
       [self](OptimJob& job) {
@@ -76,22 +76,22 @@ local_optimizer_actor::behavior_type optimizer_behavior(optimizer_pointer self, 
 }
 
 /// The optimizers of one worker, by id; touched only by the actor's jobs,
-/// which run one at a time.
-struct LocalOptimizers {
-  ~LocalOptimizers() { caf::anon_send_exit(actor, caf::exit_reason::user_shutdown); }
+/// which run one at a time. Owned by the worker's runtime (the optimizer
+/// layer's OptimizerHooks), which stops its executor -- and so every job --
+/// before it lets this go.
+struct LocalOptimizers final : OptimizerHooks {
+  explicit LocalOptimizers(WorkerServices& rt) : actor(rt.system().spawn(optimizer_behavior, &rt)) {}
+  ~LocalOptimizers() override { stop(); }
+  void stop() override {
+    if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
+    actor = nullptr;
+  }
   local_optimizer_actor actor;
   std::map<int64_t, std::pair<std::unique_ptr<torch::optim::Optimizer>, std::vector<at::Tensor>>> optimizers;
   int64_t next_id = 1;
 };
 
-std::shared_ptr<LocalOptimizers> local_optimizers(Runtime& rt) {
-  auto svc = rt.service("castor.local_optimizer", [&rt] {
-    auto lo = std::make_shared<LocalOptimizers>();
-    lo->actor = rt.system->spawn(optimizer_behavior, &rt);
-    return std::static_pointer_cast<void>(lo);
-  });
-  return std::static_pointer_cast<LocalOptimizers>(svc);
-}
+LocalOptimizers* local_optimizers(WorkerServices& rt) { return static_cast<LocalOptimizers*>(rt.optimizer()); }
 
 std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optim::Spec& spec, std::vector<at::Tensor> params) {
   namespace to = torch::optim;
@@ -128,13 +128,13 @@ std::unique_ptr<torch::optim::Optimizer> make_optimizer(const optim::Spec& spec,
                                                    .centered(s->centered));
 }
 
-void run_step(Runtime& rt, LocalOptimizers& lo, int64_t id, int64_t context) {
+void run_step(WorkerServices& rt, LocalOptimizers& lo, int64_t id, int64_t context) {
   auto it = lo.optimizers.find(id);
   if (it == lo.optimizers.end())
-    throw LookupError(ErrorInfo{ErrorKind::Lookup, rt.name, "worker " + rt.name + " has no optimizer " + std::to_string(id)});
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, rt.name(), "worker " + rt.name() + " has no optimizer " + std::to_string(id)});
   autograd::GradientMap grads;
   try {
-    grads = autograd::get_gradients(*rt.view, context);
+    grads = autograd::get_gradients(rt.worker(), context);
   } catch (const RpcError& e) {
     if (e.kind() != ErrorKind::Lookup) throw;  // this worker never took part: no gradients here
   }
@@ -154,7 +154,11 @@ void run_step(Runtime& rt, LocalOptimizers& lo, int64_t id, int64_t context) {
 
 }  // namespace
 
-Future<int64_t> create_local_optimizer(Runtime& rt, optim::Spec spec, std::vector<at::Tensor> params) {
+std::unique_ptr<OptimizerHooks> make_local_optimizers(WorkerServices& rt) {
+  return std::make_unique<LocalOptimizers>(rt);
+}
+
+Future<int64_t> create_local_optimizer(WorkerServices& rt, optim::Spec spec, std::vector<at::Tensor> params) {
   auto lo = local_optimizers(rt);
   Promise<int64_t> p(rt.callback_runner());
   caf::anon_send(lo->actor, OptimJob{[lo, p, spec = std::move(spec), params = std::move(params)] {
@@ -169,7 +173,7 @@ Future<int64_t> create_local_optimizer(Runtime& rt, optim::Spec spec, std::vecto
   return p.future();
 }
 
-Future<bool> step_local_optimizer(Runtime& rt, int64_t id, int64_t context) {
+Future<bool> step_local_optimizer(WorkerServices& rt, int64_t id, int64_t context) {
   auto lo = local_optimizers(rt);
   Promise<bool> p(rt.callback_runner());
   auto* rtp = &rt;
@@ -192,10 +196,10 @@ void register_optimizer_functions() {
       auto& w = current_worker();
       std::vector<at::Tensor> tensors;
       for (auto& r : params) tensors.push_back(r.local_value());  // the parameters themselves
-      return create_local_optimizer(w.runtime(), optim::spec_from_value(spec), std::move(tensors));
+      return create_local_optimizer(detail::services(w), optim::spec_from_value(spec), std::move(tensors));
     }));
     reg.add(make_function_entry("castor.optim.step", [](int64_t id, int64_t context) {
-      return step_local_optimizer(current_worker().runtime(), id, context);
+      return step_local_optimizer(detail::services(current_worker()), id, context);
     }));
   });
 }

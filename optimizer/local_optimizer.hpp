@@ -4,6 +4,7 @@
 // trainers on the same parameters never lose an update.
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -13,7 +14,12 @@
 
 namespace castor::detail {
 
-class Runtime;
+class WorkerServices;
+class OptimizerHooks;
+
+/// The optimizer layer's per-worker state: the local optimizer actor and
+/// its optimizers (made by install_layers, stopped at teardown).
+std::unique_ptr<OptimizerHooks> make_local_optimizers(WorkerServices& rt);
 
 /// Registers the functions DistributedOptimizer calls on owners
 /// ("castor.optim.create", "castor.optim.step"); done once, by install_layers.
@@ -21,10 +27,10 @@ void register_optimizer_functions();
 
 /// Creates an optimizer over `params` (tensors owned here) on `rt`'s local
 /// optimizer actor; the Future gives its id.
-Future<int64_t> create_local_optimizer(Runtime& rt, optim::Spec spec, std::vector<at::Tensor> params);
+Future<int64_t> create_local_optimizer(WorkerServices& rt, optim::Spec spec, std::vector<at::Tensor> params);
 
 /// Applies the gradients of autograd context `context` (those of this
 /// worker's leaves) with optimizer `id`; parameters without one stay as they are.
-Future<bool> step_local_optimizer(Runtime& rt, int64_t id, int64_t context);
+Future<bool> step_local_optimizer(WorkerServices& rt, int64_t id, int64_t context);
 
 }  // namespace castor::detail

@@ -9,7 +9,8 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/autograd_hooks.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "rref/rref_counters.hpp"
 
 namespace castor::detail {
@@ -26,7 +27,7 @@ using owner_broker = owner_broker_of<owner_rref_actor::signatures>::type;
 struct owner_state {
   static inline const char* name = "castor.owner_rref";
 
-  Runtime* rt = nullptr;
+  WorkerServices* rt = nullptr;
   RRefId id;
   std::shared_ptr<Holder> holder;
   std::shared_ptr<OwnerStats> stats;
@@ -70,25 +71,25 @@ void maybe_end(owner_pointer self) {
 
 ErrorInfo no_value_error(owner_pointer self, const ErrorInfo& cause) {
   auto* rt = self->state.rt;
-  return make_error(cause.kind, rt->name,
-                    "RRef " + to_string(self->state.id) + " owned by worker " + rt->name +
+  return make_error(cause.kind, rt->name(),
+                    "RRef " + to_string(self->state.id) + " owned by worker " + rt->name() +
                         " has no value: the call that was to create it failed: " + cause.message);
 }
 
 void run_method(owner_pointer self, OwnerCall&& call) {
   auto& st = self->state;
   auto* rt = st.rt;
-  auto fail = [&](ErrorKind k, const std::string& msg) { call.done(Outcome::failure(make_error(k, rt->name, msg))); };
+  auto fail = [&](ErrorKind k, const std::string& msg) { call.done(Outcome::failure(make_error(k, rt->name(), msg))); };
   if (auto err = st.holder->error()) return fail(err->kind, no_value_error(self, *err).message);
   if (!st.holder->holds_object())
-    return fail(ErrorKind::Lookup, "worker " + rt->name + ": RRef " + to_string(st.id) +
+    return fail(ErrorKind::Lookup, "worker " + rt->name() + ": RRef " + to_string(st.id) +
                                        " holds a value, not an object; it has no method '" + call.request.function +
                                        "'");
   const auto* cls = st.holder->cls();
   const auto* method = cls->method(call.request.function);
   if (!method)
     return fail(ErrorKind::Lookup,
-                "worker " + rt->name + ": class '" + cls->name + "' has no method '" + call.request.function + "'");
+                "worker " + rt->name() + ": class '" + cls->name + "' has no method '" + call.request.function + "'");
   ++st.running;
   auto object = st.holder->object();
   auto me = caf::actor_cast<owner_rref_actor>(self);
@@ -106,23 +107,23 @@ void run_method(owner_pointer self, OwnerCall&& call) {
   }
   auto ctx = call.request.autograd.context;
   bool accepted = rt->post([rt, me, object, method, fn, ctx, args = std::move(call.request.args), done]() mutable {
-    ContextScope scope(rt->autograd.get(), ctx);  // nested calls join the caller's autograd context
+    ContextScope scope(rt->autograd(), ctx);  // nested calls join the caller's autograd context
     try {
       method->invoke(object.get(), std::move(args), done);
     } catch (const CallFailure& f) {
-      done(Outcome::failure(make_error(f.kind, rt->name, "worker " + rt->name + ": " + f.message)));
+      done(Outcome::failure(make_error(f.kind, rt->name(), "worker " + rt->name() + ": " + f.message)));
     } catch (const std::exception& e) {
       done(Outcome::failure(
-          make_error(ErrorKind::Remote, rt->name, "worker " + rt->name + ": method '" + fn + "' raised: " + e.what())));
+          make_error(ErrorKind::Remote, rt->name(), "worker " + rt->name() + ": method '" + fn + "' raised: " + e.what())));
     } catch (...) {
-      done(Outcome::failure(make_error(ErrorKind::Remote, rt->name,
-                                       "worker " + rt->name + ": method '" + fn + "' raised an unknown exception")));
+      done(Outcome::failure(make_error(ErrorKind::Remote, rt->name(),
+                                       "worker " + rt->name() + ": method '" + fn + "' raised an unknown exception")));
     }
     caf::anon_send(me, released_atom::value);  // the object is free again
   });
   if (!accepted) {
     --st.running;
-    fail(ErrorKind::Remote, "worker " + rt->name + " cannot run '" + fn + "': its executor is saturated or stopped");
+    fail(ErrorKind::Remote, "worker " + rt->name() + " cannot run '" + fn + "': its executor is saturated or stopped");
   }
 }
 
@@ -151,7 +152,7 @@ void fetch(owner_pointer self, OwnerCall&& call) {
   auto shared = rref_counters_ptr(*rt);
   shared->pending_fetches.fetch_add(1);
   auto id = st.id;
-  auto rt_name = rt->name;
+  auto rt_name = rt->name();
   st.holder->on_set([holder = st.holder, done = std::move(call.done), shared, id, rt_name]() {
     shared->pending_fetches.fetch_sub(1);
     if (auto err = holder->error()) {
@@ -169,7 +170,7 @@ void fetch(owner_pointer self, OwnerCall&& call) {
   });
 }
 
-owner_rref_actor::behavior_type owner_behavior(owner_pointer self, Runtime* rt, RRefId id,
+owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerServices* rt, RRefId id,
                                                std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats,
                                                std::function<void()> on_gone) {
   auto& st = self->state;
@@ -244,9 +245,9 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, Runtime* rt, 
 
 }  // namespace
 
-owner_rref_actor spawn_owner_rref(Runtime& rt, RRefId id, std::shared_ptr<Holder> holder,
+owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
                                   std::shared_ptr<OwnerStats> stats, std::function<void()> on_gone) {
-  return rt.system->middleman().spawn_broker(owner_behavior, &rt, id, std::move(holder), std::move(stats),
+  return rt.system().middleman().spawn_broker(owner_behavior, &rt, id, std::move(holder), std::move(stats),
                                              std::move(on_gone));
 }
 

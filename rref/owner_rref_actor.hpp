@@ -22,7 +22,7 @@
 
 namespace castor::detail {
 
-class Runtime;
+class WorkerServices;
 
 /// A fetch or a method call on the owned value, with where its result goes.
 struct OwnerCall {
@@ -55,7 +55,7 @@ using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<peer_down_atom, WorkerId>>;        // forks held by a dead worker are gone
 
 /// Spawns the owner of `id`; `on_gone` runs (on the owner's thread) when it ends.
-owner_rref_actor spawn_owner_rref(Runtime& rt, RRefId id, std::shared_ptr<Holder> holder,
+owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
                                   std::shared_ptr<OwnerStats> stats, std::function<void()> on_gone);
 
 }  // namespace castor::detail

@@ -6,16 +6,18 @@
 
 #include <future>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/autograd_hooks.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "actors/api/worker.hpp"
+#include "actors/api/worker_access.hpp"
 #include "rref/rref_context.hpp"
 
 namespace castor::detail {
 namespace {
 
-std::shared_ptr<Runtime> runtime_of(const RRefStatePtr& s) {
+std::shared_ptr<WorkerServices> runtime_of(const RRefStatePtr& s) {
   auto rt = s->rt.lock();
-  if (!rt || rt->state.load() == RunState::stopped)
+  if (!rt || !rt->running())
     throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, "",
                                   "RRef " + to_string(s->id) + ": its worker is shut down"});
   return rt;
@@ -42,28 +44,28 @@ std::string class_name_of(const std::type_info& type) {
 
 RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::string& fn, std::vector<Value> args,
                           std::optional<std::chrono::milliseconds> timeout, std::string type_name) {
-  auto& rt = w.runtime();
+  auto& rt = detail::services(w);
   auto& rr = rref_runtime(rt);
-  auto owner = w.rank_of(to);
+  auto owner = rank_of(w, to);
   CallRequest req;
   req.function = fn;
   rr.convert_arguments(req, args);
   req.args = std::move(args);
   auto id = rr.rref_ids.next();
   RRefStatePtr state;
-  if (owner == rt.rank) {
+  if (owner == rt.rank()) {
     // remote() to ourselves: we own the result; the handle is an owner's.
     auto holder = std::make_shared<Holder>();
     rr.register_owner(id, holder);
     state = rr.new_owner_state(id, holder, type_name);
-    req.result_to = RRefForkData{owner, id, ForkId{}, rt.rank, type_name};
+    req.result_to = RRefForkData{owner, id, ForkId{}, rt.rank(), type_name};
   } else {
     auto fork = rr.fork_ids.next();
     state = rr.new_user_state(id, owner, fork, type_name);
-    req.result_to = RRefForkData{owner, id, fork, rt.rank, type_name};
+    req.result_to = RRefForkData{owner, id, fork, rt.rank(), type_name};
   }
   std::weak_ptr<RRefState> weak = state;
-  w.call_request(owner, std::move(req), timeout, [weak](Outcome o) {
+  call_request(w, owner, std::move(req), timeout, [weak](Outcome o) {
     auto s = weak.lock();
     if (!s) return;
     if (o.ok)
@@ -87,18 +89,18 @@ RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& 
   auto id = rr.rref_ids.next();
   auto owner = target->owner;
   RRefStatePtr state;
-  if (owner == rt->rank) {
+  if (owner == rt->rank()) {
     auto holder = std::make_shared<Holder>();
     rr.register_owner(id, holder);
     state = rr.new_owner_state(id, holder, type_name);
-    req.result_to = RRefForkData{owner, id, ForkId{}, rt->rank, type_name};
+    req.result_to = RRefForkData{owner, id, ForkId{}, rt->rank(), type_name};
   } else {
     auto fork = rr.fork_ids.next();
     state = rr.new_user_state(id, owner, fork, type_name);
-    req.result_to = RRefForkData{owner, id, fork, rt->rank, type_name};
+    req.result_to = RRefForkData{owner, id, fork, rt->rank(), type_name};
   }
   std::weak_ptr<RRefState> weak = state;
-  rt->view->call_request(owner, std::move(req), timeout, [weak](Outcome o) {
+  call_request(rt->worker(), owner, std::move(req), timeout, [weak](Outcome o) {
     if (auto s = weak.lock()) {
       if (o.ok)
         s->confirmed = true;
@@ -110,7 +112,7 @@ RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& 
 }
 
 RRefStatePtr make_owned_value(const Worker& w, Value v, std::string type_name) {
-  auto& rr = rref_runtime(w.runtime());
+  auto& rr = rref_runtime(detail::services(w));
   auto holder = std::make_shared<Holder>();
   holder->set_value(std::move(v));
   auto id = rr.rref_ids.next();
@@ -121,17 +123,17 @@ RRefStatePtr make_owned_value(const Worker& w, Value v, std::string type_name) {
 Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds> timeout) {
   check_usable(s);
   auto rt = runtime_of(s);
-  auto limit = timeout.value_or(rt->opts.rpc_timeout);
+  auto limit = timeout.value_or(rt->options().rpc_timeout);
   if (s->is_owner()) {
     if (!s->holder->wait(limit))
-      throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name,
+      throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name(),
                                    "to_here on RRef " + to_string(s->id) + " timed out after " +
                                        std::to_string(limit.count()) + " ms waiting for its value"});
     if (auto err = s->holder->error()) throw_rpc_error(*err);
     if (s->holder->holds_object())
-      throw TypeError(ErrorInfo{ErrorKind::Type, rt->name, "to_here on an RRef to an object: call its methods"});
+      throw TypeError(ErrorInfo{ErrorKind::Type, rt->name(), "to_here on an RRef to an object: call its methods"});
     // Inside an autograd context the copy stays in the graph (a local path).
-    bool in_context = rt->autograd && rt->autograd->current_context().valid();
+    bool in_context = rt->autograd() && rt->autograd()->current_context().valid();
     return in_context ? s->holder->value().clone_with_graph() : s->holder->value().deep_copy();
   }
   CallRequest req;
@@ -139,7 +141,7 @@ Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds
   req.kind = CallKind::fetch;
   req.target = s->id;
   Promise<Value> p;
-  rt->view->call_request(s->owner, std::move(req), limit, [p](Outcome o) {
+  call_request(rt->worker(), s->owner, std::move(req), limit, [p](Outcome o) {
     if (o.ok)
       p.try_set_value(std::move(o.value));
     else
@@ -158,7 +160,7 @@ void call_method(const RRefStatePtr& s, const std::string& method, std::vector<V
     req.kind = CallKind::method;
     req.target = s->id;
     req.args = std::move(args);
-    rt->view->call_request(s->owner, std::move(req), timeout, std::move(done));
+    call_request(rt->worker(), s->owner, std::move(req), timeout, std::move(done));
   } catch (const RpcError& e) {
     done(Outcome::failure(e.info()));
   }
@@ -171,15 +173,15 @@ const Holder& owned_holder(const RRefStatePtr& s) {
                                     ", not by this worker; use to_here() to fetch a copy"});
   check_usable(s);
   auto rt = runtime_of(s);
-  if (!s->holder->wait(rt->opts.rpc_timeout))
-    throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name, "local_value(): the value was not created in time"});
+  if (!s->holder->wait(rt->options().rpc_timeout))
+    throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name(), "local_value(): the value was not created in time"});
   if (auto err = s->holder->error()) throw_rpc_error(*err);
   return *s->holder;
 }
 
 CallbackRunner runner_of(const RRefStatePtr& s) {
   if (auto rt = s->rt.lock())
-    if (rt->executor) return rt->callback_runner();
+    if (rt->running()) return rt->callback_runner();
   return {};
 }
 

@@ -9,8 +9,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/calls/call_dispatch.hpp"
-#include "actors/runtime/runtime.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/owner_rref_actor.hpp"
 
@@ -63,7 +62,7 @@ struct context_state {
   static inline const char* name = "castor.rref_context";
 
   RRefRuntime* rr = nullptr;
-  Runtime* rt = nullptr;
+  WorkerServices* rt = nullptr;
 
   // Owners on this worker, by rref id; `ended` remembers the ones that ended
   // so that a late or repeated message never revives them.
@@ -90,16 +89,15 @@ using context_pointer = caf::stateful_actor<context_state, context_broker>*;
 // -- control messages -------------------------------------------------------------
 
 void transmit(context_pointer self, WorkerId to, const RRefControl& msg) {
-  auto* rt = self->state.rt;
-  if (to < 0 || size_t(to) >= rt->peer_handles.size() || rt->peer_dead[size_t(to)]) return;
+  auto peer = self->state.rt->world().peer(to);
+  if (!peer) return;  // dead: on_peer_down drops what was meant for it
   auto plan = self->state.rr->faults().decide(to_string(msg.op));
   if (plan.drop) return;  // fault injection: the retry will resend it
-  auto& peer = rt->peer_handles[size_t(to)];
   for (int i = 0; i < plan.copies; ++i) {
     if (plan.delay.count() > 0)
-      self->delayed_send(peer, plan.delay, msg);
+      self->delayed_send(*peer, plan.delay, msg);
     else
-      self->send(peer, msg);
+      self->send(*peer, msg);
   }
 }
 
@@ -112,8 +110,9 @@ void schedule_retry(context_pointer self) {
 
 void send_control(context_pointer self, RRefOp op, WorkerId to, RRefId rref, ForkId fork) {
   auto& st = self->state;
-  if (to < 0 || (size_t(to) < st.rt->peer_handles.size() && st.rt->peer_dead[size_t(to)])) return;
-  RRefControl msg{st.control_ids.next(), op, rref, fork, st.rt->rank};
+  const auto& world = st.rt->world();
+  if (to < 0 || (world.has(to) && !world.alive(to))) return;  // a dead peer needs no news
+  RRefControl msg{st.control_ids.next(), op, rref, fork, st.rt->rank()};
   st.outbox.emplace(msg.id, OutboxEntry{to, msg, 0, Clock::now() + kRetryFirst});
   st.rr->counters().outbox.fetch_add(1);
   transmit(self, to, msg);
@@ -134,16 +133,15 @@ void retry_due(context_pointer self) {
 }
 
 void send_ack(context_pointer self, const RRefControl& msg) {
-  auto* rt = self->state.rt;
-  auto to = msg.id.worker();
-  if (to < 0 || size_t(to) >= rt->peer_handles.size() || rt->peer_dead[size_t(to)]) return;
+  auto peer = self->state.rt->world().peer(msg.id.worker());
+  if (!peer) return;
   auto plan = self->state.rr->faults().decide("ack");
   if (plan.drop) return;
   for (int i = 0; i < plan.copies; ++i) {
     if (plan.delay.count() > 0)
-      self->delayed_send(rt->peer_handles[size_t(to)], plan.delay, RRefControlAck{msg.id});
+      self->delayed_send(*peer, plan.delay, RRefControlAck{msg.id});
     else
-      self->send(rt->peer_handles[size_t(to)], RRefControlAck{msg.id});
+      self->send(*peer, RRefControlAck{msg.id});
   }
 }
 
@@ -165,8 +163,8 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool create, std::shared_
 
 ErrorInfo gone_error(context_pointer self, RRefId id) {
   auto* rt = self->state.rt;
-  return make_error(ErrorKind::Lookup, rt->name,
-                    "worker " + rt->name + ": RRef " + to_string(id) + " no longer exists here (every fork was deleted)");
+  return make_error(ErrorKind::Lookup, rt->name(),
+                    "worker " + rt->name() + ": RRef " + to_string(id) + " no longer exists here (every fork was deleted)");
 }
 
 // -- adoption: forks that arrive become local references ----------------------------
@@ -177,7 +175,7 @@ void adopt_value(context_pointer self, Value& v, uint64_t waiting_call) {
   v.for_each_rref([&](RRefValue& rv) {
     if (rv.handle) return;  // already local (a call to ourselves)
     const auto& d = rv.data;
-    if (d.owner == rt->rank) {
+    if (d.owner == rt->rank()) {
       // Shared with the owner: it does not count this fork, it uses its own
       // OwnerRRef, and releases the parent's pending child.
       auto* slot = owner_slot(self, d.rref_id, true);
@@ -190,7 +188,7 @@ void adopt_value(context_pointer self, Value& v, uint64_t waiting_call) {
         holder->set_error(gone_error(self, d.rref_id));
       }
       rv.handle = st.rr->new_owner_state(d.rref_id, holder, d.type_name);
-      if (d.parent != rt->rank) send_control(self, RRefOp::child_accept, d.parent, d.rref_id, d.fork_id);
+      if (d.parent != rt->rank()) send_control(self, RRefOp::child_accept, d.parent, d.rref_id, d.fork_id);
       return;
     }
     auto state = st.rr->new_user_state(d.rref_id, d.owner, d.fork_id, d.type_name);
@@ -241,7 +239,7 @@ void maybe_run(context_pointer self, uint64_t id) {
   auto p = std::move(it->second);
   st.prepared.erase(it);
   if (p.failure) {
-    make_replier(st.rt, p.call.reply_to, p.call.request)(Outcome::failure(std::move(*p.failure)));
+    st.rt->replier(p.call.reply_to, p.call.request)(Outcome::failure(std::move(*p.failure)));
     return;
   }
   dispatch(self, std::move(p.call));
@@ -268,13 +266,13 @@ void resolve_argument(context_pointer self, uint64_t id, size_t index) {
     return;
   }
   CallRequest fetch;
-  fetch.id = st.rt->call_ids.next();
-  fetch.caller = st.rt->rank;
+  fetch.id = st.rt->next_call_id();
+  fetch.caller = st.rt->rank();
   fetch.function = "to_here";
   fetch.kind = CallKind::fetch;
   fetch.target = state->id;
   fetch.autograd.context = p.call.request.autograd.context;  // the value joins the call's graph
-  st.rt->start_call(state->owner, std::move(fetch), st.rt->opts.rpc_timeout,
+  st.rt->start_call(state->owner, std::move(fetch), st.rt->options().rpc_timeout,
                     [me, id, index](Outcome o) { caf::anon_send(me, ArgumentReady{id, index, std::move(o)}); });
 }
 
@@ -287,8 +285,8 @@ void on_argument_ready(context_pointer self, ArgumentReady&& r) {
     p.call.request.args[r.index] = std::move(r.outcome.value);
     adopt_value(self, p.call.request.args[r.index], r.call);  // the fetched value may hold RRefs too
   } else if (!p.failure) {
-    p.failure = make_error(r.outcome.error.kind, st.rt->name,
-                           "worker " + st.rt->name + ": argument " + std::to_string(r.index + 1) + " of '" +
+    p.failure = make_error(r.outcome.error.kind, st.rt->name(),
+                           "worker " + st.rt->name() + ": argument " + std::to_string(r.index + 1) + " of '" +
                                p.call.request.function + "' (an RRef) could not be fetched: " + r.outcome.error.message);
   }
   p.outstanding--;
@@ -317,21 +315,21 @@ std::shared_ptr<Holder> create_result_slot(context_pointer self, const CallReque
   return slot->holder;
 }
 
-void run_constructor(Runtime* rt, const ClassEntry* cls, std::vector<Value>&& args, std::shared_ptr<Holder> holder,
+void run_constructor(WorkerServices* rt, const ClassEntry* cls, std::vector<Value>&& args, std::shared_ptr<Holder> holder,
                      Completion ack) {
   bool accepted = rt->post([rt, cls, args = std::move(args), holder, ack]() mutable {
     try {
       holder->set_object(cls->construct(std::move(args)), cls);
     } catch (const CallFailure& f) {
-      holder->set_error(make_error(f.kind, rt->name, "worker " + rt->name + ": " + f.message));
+      holder->set_error(make_error(f.kind, rt->name(), "worker " + rt->name() + ": " + f.message));
     } catch (const std::exception& e) {
-      holder->set_error(make_error(ErrorKind::Remote, rt->name,
-                                   "worker " + rt->name + ": constructor of '" + cls->name + "' raised: " + e.what()));
+      holder->set_error(make_error(ErrorKind::Remote, rt->name(),
+                                   "worker " + rt->name() + ": constructor of '" + cls->name + "' raised: " + e.what()));
     }
     ack(Outcome::success(Value()));
   });
   if (!accepted) {
-    holder->set_error(make_error(ErrorKind::Remote, rt->name, "worker " + rt->name + ": executor saturated"));
+    holder->set_error(make_error(ErrorKind::Remote, rt->name(), "worker " + rt->name() + ": executor saturated"));
     ack(Outcome::success(Value()));
   }
 }
@@ -340,7 +338,7 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
   auto& st = self->state;
   auto* rt = st.rt;
   auto& req = ic.request;
-  auto reply = make_replier(rt, ic.reply_to, req);
+  auto reply = rt->replier(ic.reply_to, req);
   std::shared_ptr<Holder> result;
   if (req.is_remote()) {
     result = create_result_slot(self, req);
@@ -348,11 +346,11 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
   }
   switch (req.kind) {
     case CallKind::function: {
-      if (!result) return execute_request(rt, std::move(req), std::move(reply));
+      if (!result) return rt->execute(std::move(req), std::move(reply));
       if (auto* cls = ClassRegistry::instance().find(req.function))
         return run_constructor(rt, cls, std::move(req.args), result, std::move(reply));
       req.result_to = RRefForkData{};
-      return execute_request(rt, std::move(req), [result, reply](Outcome o) {
+      return rt->execute(std::move(req), [result, reply](Outcome o) {
         if (o.ok)
           result->set_value(std::move(o.value));
         else
@@ -490,8 +488,8 @@ void on_fork_registered(context_pointer self, ForkRegistration&& r) {
 
 rref_context_actor::behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
   self->state.rr = rr;
-  self->state.rt = &rr->runtime();
-  self->state.control_ids.reset(rr->runtime().rank);
+  self->state.rt = &rr->services();
+  self->state.control_ids.reset(rr->services().rank());
   return {
       [self](RRefControl& msg) { handle_control(self, std::move(msg)); },
       [self](RRefControlAck& ack) { handle_ack(self, ack); },
@@ -524,10 +522,10 @@ rref_context_actor::behavior_type context_behavior(context_pointer self, RRefRun
 
 // -- RRefRuntime ------------------------------------------------------------------------
 
-RRefRuntime::RRefRuntime(Runtime& rt)
-    : rref_ids(rt.rank), fork_ids(rt.rank), rt_(rt), counters_(std::make_shared<RRefCounters>()),
-      faults_(rt.opts.faults) {
-  context_ = rt.system->middleman().spawn_broker(context_behavior, this);
+RRefRuntime::RRefRuntime(WorkerServices& rt)
+    : rref_ids(rt.rank()), fork_ids(rt.rank()), rt_(rt), counters_(std::make_shared<RRefCounters>()),
+      faults_(rt.options().faults) {
+  context_ = rt.system().middleman().spawn_broker(context_behavior, this);
 }
 
 RRefRuntime::~RRefRuntime() { stop(); }
@@ -540,8 +538,8 @@ void RRefRuntime::stop() {
 void RRefRuntime::fork_for(Value& v, WorkerId to) {
   v.for_each_rref([&](RRefValue& rv) {
     auto s = state_of(rv);
-    if (!s || to == rt_.rank) return;  // a call to ourselves passes the handle itself
-    rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank, s->type_name};
+    if (!s || to == rt_.rank()) return;  // a call to ourselves passes the handle itself
+    rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name};
     caf::anon_send(context_, ForkRegistration{s, rv.data.fork_id, to});
   });
 }
@@ -562,7 +560,7 @@ void RRefRuntime::convert_arguments(const CallRequest& req, std::vector<Value>& 
     auto id = rref_ids.next();
     register_owner(id, holder);
     auto state = new_owner_state(id, holder, type);
-    args[i] = Value(RRefValue{RRefForkData{rt_.rank, id, ForkId{}, -1, type}, state});
+    args[i] = Value(RRefValue{RRefForkData{rt_.rank(), id, ForkId{}, -1, type}, state});
   }
 }
 
@@ -572,7 +570,7 @@ std::optional<std::string> RRefRuntime::foreign_rref(const std::vector<Value>& a
     a.for_each_rref([&](RRefValue& rv) {
       auto s = state_of(rv);
       if (!why && s && s->rt.lock().get() != &rt_)
-        why = "RRef " + to_string(s->id) + " belongs to another worker of this process, not to " + rt_.name;
+        why = "RRef " + to_string(s->id) + " belongs to another worker of this process, not to " + rt_.name();
     });
   return why;
 }
@@ -619,7 +617,7 @@ RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork,
   s->owner_name = rt_.name_of(owner);
   s->type_name = std::move(type_name);
   s->fork = fork;
-  s->rt = rt_.weak_from_this();
+  s->rt = rt_.lifetime();
   counters_->user_rrefs.fetch_add(1);
   track(s);
   return s;
@@ -628,12 +626,12 @@ RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork,
 RRefStatePtr RRefRuntime::new_owner_state(RRefId id, std::shared_ptr<Holder> holder, std::string type_name) {
   auto s = std::make_shared<RRefState>();
   s->id = id;
-  s->owner = rt_.rank;
-  s->owner_name = rt_.name;
+  s->owner = rt_.rank();
+  s->owner_name = rt_.name();
   s->type_name = std::move(type_name);
   s->holder = std::move(holder);
   s->confirmed = true;
-  s->rt = rt_.weak_from_this();
+  s->rt = rt_.lifetime();
   track(s);
   return s;
 }
@@ -726,13 +724,13 @@ void RRefRuntime::state_dropped(RRefState& s) {
   caf::anon_send(context_, StateDropped{s.id, s.fork, s.owner, s.is_owner()});
 }
 
-RRefRuntime& rref_runtime(Runtime& rt) { return static_cast<RRefRuntime&>(*rt.rrefs); }
-RRefCounters& rref_counters(Runtime& rt) { return rref_runtime(rt).counters(); }
-std::shared_ptr<RRefCounters> rref_counters_ptr(Runtime& rt) { return rref_runtime(rt).counters_ptr(); }
+RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }
+RRefCounters& rref_counters(WorkerServices& rt) { return rref_runtime(rt).counters(); }
+std::shared_ptr<RRefCounters> rref_counters_ptr(WorkerServices& rt) { return rref_runtime(rt).counters_ptr(); }
 
 RRefState::~RRefState() {
   if (auto r = rt.lock())
-    if (r->rrefs) rref_runtime(*r).state_dropped(*this);
+    if (r->rrefs()) rref_runtime(*r).state_dropped(*this);
 }
 
 }  // namespace castor::detail

@@ -131,7 +131,7 @@ using rref_context_actor = caf::typed_actor<
 /// plus what RRef handles on any thread need.
 class RRefRuntime : public RRefHooks {
  public:
-  explicit RRefRuntime(Runtime& rt);
+  explicit RRefRuntime(WorkerServices& rt);
   ~RRefRuntime() override;
 
   // RRefHooks
@@ -163,14 +163,14 @@ class RRefRuntime : public RRefHooks {
   std::vector<RRefStatePtr> take_live_states();
   FaultInjector& faults() { return faults_; }
 
-  Runtime& runtime() { return rt_; }
+  WorkerServices& services() { return rt_; }
   RRefCounters& counters() { return *counters_; }
   std::shared_ptr<RRefCounters> counters_ptr() { return counters_; }
   IdGenerator<RRefId> rref_ids;
   IdGenerator<ForkId> fork_ids;
 
  private:
-  Runtime& rt_;
+  WorkerServices& rt_;
   std::shared_ptr<RRefCounters> counters_;
   rref_context_actor context_;
   // Every handle state created here (weak), so that shutdown can release them.
@@ -188,6 +188,6 @@ class RRefRuntime : public RRefHooks {
   std::unordered_map<RRefId, OwnerEntry> owners_;
 };
 
-RRefRuntime& rref_runtime(Runtime& rt);
+RRefRuntime& rref_runtime(WorkerServices& rt);
 
 }  // namespace castor::detail

@@ -8,7 +8,7 @@
 
 namespace castor::detail {
 
-class Runtime;
+class WorkerServices;
 
 struct RRefCounters {
   std::atomic<int64_t> owners{0};            // OwnerRRef actors alive here
@@ -20,7 +20,7 @@ struct RRefCounters {
   std::atomic<int64_t> user_rrefs{0};        // user-side states alive here
 };
 
-RRefCounters& rref_counters(Runtime& rt);
-std::shared_ptr<RRefCounters> rref_counters_ptr(Runtime& rt);
+RRefCounters& rref_counters(WorkerServices& rt);
+std::shared_ptr<RRefCounters> rref_counters_ptr(WorkerServices& rt);
 
 }  // namespace castor::detail

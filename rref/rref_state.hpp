@@ -14,7 +14,7 @@
 
 namespace castor::detail {
 
-class Runtime;
+class WorkerServices;
 
 struct RRefState {
   RRefId id;
@@ -25,7 +25,7 @@ struct RRefState {
   std::shared_ptr<Holder> holder;  // owners: the value itself
   std::atomic<bool> confirmed{false};  // the owner knows this fork (owners: always)
   std::atomic<bool> released{false};   // shutdown released it already; the end sends nothing
-  std::weak_ptr<Runtime> rt;
+  std::weak_ptr<WorkerServices> rt;
   std::optional<ErrorInfo> creation_error;  // remote() could not reach the owner
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();  // inspection
 

@@ -10,6 +10,7 @@
 #include "actors/calls/executor.hpp"
 #include "actors/api/future.hpp"
 #include "actors/api/worker.hpp"
+#include "actors/api/worker_access.hpp"
 
 namespace castor {
 namespace detail {
@@ -42,7 +43,7 @@ void unregister_process_worker(Worker* view) {
 CallbackRunner default_callback_runner() {
   if (auto* ex = Executor::current()) return ex->runner();
   std::lock_guard<std::mutex> lock(process_mutex());
-  if (process_workers().size() == 1) return process_workers().front()->callback_runner();
+  if (process_workers().size() == 1) return callback_runner(*process_workers().front());
   return {};  // no executor to use: callbacks run on the completing thread
 }
 

@@ -12,6 +12,7 @@
 #include "actors/transport/caf_config.hpp"
 #include "actors/observe/inspector.hpp"
 #include "actors/cluster/rendezvous.hpp"
+#include "actors/hooks/layers.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/calls/thread_context.hpp"
 #include "actors/transport/tls.hpp"
@@ -25,7 +26,7 @@ void set_intra_op_threads(const detail::Runtime& rt) {
   int n = rt.opts.intra_op_threads;
   if (n <= 0) {
     int here = 0;
-    for (const auto& w : rt.world) here += w.host == rt.opts.host ? 1 : 0;
+    for (const auto& w : rt.world().members()) here += w.host == rt.opts.host ? 1 : 0;
     int cores = int(std::max(1u, std::thread::hardware_concurrency()));
     n = std::max(1, cores / std::max(1, here));
   }
@@ -58,7 +59,7 @@ Worker::~Worker() {
   try {
     shutdown(true);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "castor[%s]: shutdown in ~Worker failed: %s\n", rt_->name.c_str(), e.what());
+    std::fprintf(stderr, "castor[%s]: shutdown in ~Worker failed: %s\n", rt_->name().c_str(), e.what());
   }
 }
 
@@ -69,12 +70,6 @@ Worker init_rpc(WorkerOptions opts) {
   if (!registry.problems().empty())
     throw LookupError(ErrorInfo{ErrorKind::Lookup, opts.name, "init_rpc(" + opts.name + "): " + registry.problems().front()});
   auto rt = std::make_shared<detail::Runtime>(opts);
-  rt->rank = WorkerId(opts.rank);
-  rt->name = opts.name;
-  rt->call_ids.reset(rt->rank);
-  rt->transfer_ids.reset(rt->rank);
-  rt->peer_dead.reset(new std::atomic<bool>[size_t(opts.world_size)]);
-  for (int r = 0; r < opts.world_size; ++r) rt->peer_dead[size_t(r)] = false;
   rt->transport = std::make_unique<detail::Transport>(opts.name, opts.secret, opts.tls, opts.greeting_timeout,
                                                       size_t(opts.world_size));
   detail::note_link_security(opts.name, rt->transport->authenticated(), rt->transport->tls());
@@ -88,7 +83,13 @@ Worker init_rpc(WorkerOptions opts) {
   ex.name = opts.name;
   ex.on_thread_start = [view = rt->view.get()] { detail::set_thread_worker(view); };
   rt->executor = std::make_shared<detail::Executor>(std::move(ex));
-  detail::install_layers(*rt);  // first: it registers functions the join compares
+  {  // first: the layers register functions the join compares
+    auto layers = detail::install_layers(rt->services);
+    rt->rrefs = std::move(layers.rrefs);
+    rt->autograd = std::move(layers.autograd);
+    rt->optimizer = std::move(layers.optimizer);
+    rt->class_known = std::move(layers.class_known);
+  }
   if (!opts.tls.enabled() && opts.bulk_threshold > 0) rt->bulk = std::make_unique<detail::BulkPath>(*rt);  // B6
   rt->actor = detail::spawn_worker_actor(*rt);
   try {
@@ -110,51 +111,59 @@ Worker init_rpc(WorkerOptions opts) {
   return Worker(rt, true);
 }
 
-void Worker::call_raw(const std::string& to, const std::string& fn, std::vector<Value> args,
-                      std::optional<std::chrono::milliseconds> timeout, detail::Completion done) const {
+namespace detail {
+
+Runtime& runtime_of(const Worker& w) { return services(w).rt_; }
+WorkerServices& services(const Worker& w) { return w.rt_->services; }
+CallbackRunner callback_runner(const Worker& w) { return w.rt_->callback_runner(); }
+
+WorkerId rank_of(const Worker& w, const std::string& name) {
+  const auto& world = w.rt_->world();
+  if (auto r = world.rank_of(name)) return *r;
+  std::string known;
+  for (const auto& m : world.members()) known += (known.empty() ? "" : ", ") + m.name;
+  throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "' (known: " + known + ")"});
+}
+
+void call_raw(const Worker& w, const std::string& to, const std::string& fn, std::vector<Value> args,
+              std::optional<std::chrono::milliseconds> timeout, Completion done) {
   WorkerId rank;
   try {
-    rank = rank_of(to);
+    rank = rank_of(w, to);
   } catch (const RpcError& e) {
     auto info = e.info();
     info.message += " (calling '" + fn + "')";
-    return done(detail::Outcome::failure(std::move(info)));
+    return done(Outcome::failure(std::move(info)));
   }
   CallRequest req;
   req.function = fn;
-  if (rt_->rrefs) rt_->rrefs->convert_arguments(req, args);
+  if (w.rt_->rrefs) w.rt_->rrefs->convert_arguments(req, args);
   req.args = std::move(args);
-  call_request(rank, std::move(req), timeout, std::move(done));
+  call_request(w, rank, std::move(req), timeout, std::move(done));
 }
 
-void Worker::call_request(WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
-                          detail::Completion done) const {
-  auto& rt = *rt_;
+void call_request(const Worker& w, WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
+                  Completion done) {
+  auto& rt = *w.rt_;
   auto fail = [&](ErrorKind k, std::string who, std::string msg) {
-    done(detail::Outcome::failure(ErrorInfo{k, std::move(who), std::move(msg)}));
+    done(Outcome::failure(ErrorInfo{k, std::move(who), std::move(msg)}));
   };
   auto st = rt.state.load();
-  if (st != detail::RunState::running && st != detail::RunState::shutting_down)
-    return fail(ErrorKind::Shutdown, rt.name,
-                "worker " + rt.name + " is shut down; cannot call '" + req.function + "'");
+  if (st != RunState::running && st != RunState::shutting_down)
+    return fail(ErrorKind::Shutdown, rt.name(),
+                "worker " + rt.name() + " is shut down; cannot call '" + req.function + "'");
   for (size_t i = 0; i < req.args.size(); ++i)
     if (auto why = wire::unsendable_reason(req.args[i]))
-      return fail(ErrorKind::Type, rt.name,
+      return fail(ErrorKind::Type, rt.name(),
                   "argument " + std::to_string(i + 1) + " of '" + req.function + "' cannot be sent: " + *why);
   if (rt.rrefs)
-    if (auto why = rt.rrefs->foreign_rref(req.args)) return fail(ErrorKind::Type, rt.name, *why);
+    if (auto why = rt.rrefs->foreign_rref(req.args)) return fail(ErrorKind::Type, rt.name(), *why);
   req.id = rt.call_ids.next();
-  req.caller = rt.rank;
+  req.caller = rt.rank();
   rt.start_call(to, std::move(req), timeout.value_or(rt.opts.rpc_timeout), std::move(done));
 }
 
-WorkerId Worker::rank_of(const std::string& name) const {
-  auto it = rt_->rank_by_name.find(name);
-  if (it != rt_->rank_by_name.end()) return it->second;
-  std::string known;
-  for (const auto& w : rt_->world) known += (known.empty() ? "" : ", ") + w.name;
-  throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "' (known: " + known + ")"});
-}
+}  // namespace detail
 
 std::map<std::string, int64_t> Worker::autograd_debug_info() const {
   if (!rt_ || !rt_->autograd) return {};
@@ -166,31 +175,29 @@ std::map<std::string, int64_t> Worker::rref_debug_info() const {
   return rt_->rrefs->debug_info();
 }
 
-detail::CallbackRunner Worker::callback_runner() const { return rt_->callback_runner(); }
-
-WorkerInfo Worker::get_worker_info() const { return WorkerInfo{rt_->name, rt_->rank}; }
+WorkerInfo Worker::get_worker_info() const { return WorkerInfo{rt_->name(), rt_->rank()}; }
 
 WorkerInfo Worker::get_worker_info(const std::string& name) const {
-  auto it = rt_->rank_by_name.find(name);
-  if (it == rt_->rank_by_name.end())
-    throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "'"});
-  return WorkerInfo{name, it->second};
+  auto r = rt_->world().rank_of(name);
+  if (!r) throw LookupError(ErrorInfo{ErrorKind::Lookup, name, "unknown worker '" + name + "'"});
+  return WorkerInfo{name, *r};
 }
 
 WorkerInfo Worker::get_worker_info(int64_t id) const {
-  if (id < 0 || size_t(id) >= rt_->world.size())
+  const auto& world = rt_->world();
+  if (id < 0 || id > int64_t(INT16_MAX) || !world.has(WorkerId(id)))
     throw LookupError(ErrorInfo{ErrorKind::Lookup, "", "unknown worker id " + std::to_string(id)});
-  return WorkerInfo{rt_->world[size_t(id)].name, id};
+  return WorkerInfo{world.member(WorkerId(id)).name, id};
 }
 
 std::vector<WorkerInfo> Worker::get_worker_infos() const {
   std::vector<WorkerInfo> out;
-  for (const auto& w : rt_->world) out.push_back(WorkerInfo{w.name, w.rank});
+  for (const auto& m : rt_->world().members()) out.push_back(WorkerInfo{m.name, m.rank});
   return out;
 }
 
-const std::string& Worker::name() const { return rt_->name; }
-int Worker::rank() const { return rt_->rank; }
+const std::string& Worker::name() const { return rt_->name(); }
+int Worker::rank() const { return rt_->rank(); }
 int Worker::world_size() const { return rt_->opts.world_size; }
 
 bool Worker::is_shut_down() const { return !rt_ || rt_->state.load() == detail::RunState::stopped; }
@@ -200,14 +207,14 @@ void Worker::shutdown(bool graceful) {
   auto& rt = *rt_;
   if (rt.state.load() == detail::RunState::stopped) return;  // idempotent, whichever handle asks
   if (!owning_)
-    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name,
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name(),
                                   "shutdown() needs the Worker returned by init_rpc, not current_worker()"});
   if (detail::Executor::current() == rt.executor.get())
-    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name,
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name(),
                                   "shutdown() cannot run inside one of this worker's own functions: "
                                   "it waits for them to finish"});
   if (detail::on_caf_thread())
-    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name, "shutdown() cannot run on a CAF scheduler thread"});
+    throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name(), "shutdown() cannot run on a CAF scheduler thread"});
   std::optional<ErrorInfo> error;
   if (rt.actor && rt.state.load() != detail::RunState::stopped) {
     auto result = std::make_shared<std::promise<std::optional<ErrorInfo>>>();

@@ -14,6 +14,7 @@
 #include "actors/api/errors.hpp"
 #include "actors/api/future.hpp"
 #include "actors/api/registry.hpp"
+#include "actors/api/worker_access.hpp"
 #include "actors/api/worker_options.hpp"
 #include "messages/call.hpp"
 #include "messages/value.hpp"
@@ -91,9 +92,9 @@ class Worker {
   template <class R, class... Args>
   Future<R> rpc_async(const std::string& to, const std::string& fn, Args&&... args) const {
     auto packed = detail::pack_args(std::forward<Args>(args)...);
-    Promise<R> p(callback_runner());
-    call_raw(to, fn, std::move(packed.values), packed.timeout,
-             detail::complete_into<R>(p, "function '" + fn + "' on worker " + to));
+    Promise<R> p(detail::callback_runner(*this));
+    detail::call_raw(*this, to, fn, std::move(packed.values), packed.timeout,
+                     detail::complete_into<R>(p, "function '" + fn + "' on worker " + to));
     return p.future();
   }
 
@@ -133,21 +134,17 @@ class Worker {
   void shutdown(bool graceful = true);
   bool is_shut_down() const;
 
-  // -- internals used by the layers above ------------------------------------
-  /// Sends a call; `done` always runs exactly once (errors included).
-  void call_raw(const std::string& to, const std::string& fn, std::vector<Value> args,
-                std::optional<std::chrono::milliseconds> timeout, detail::Completion done) const;
-  /// Sends a prepared request (kind, target, result_to set by the caller).
-  void call_request(WorkerId to, CallRequest req, std::optional<std::chrono::milliseconds> timeout,
-                    detail::Completion done) const;
-  /// The rank of a worker by name; throws LookupError naming the known ones.
-  WorkerId rank_of(const std::string& name) const;
-  detail::CallbackRunner callback_runner() const;
-  detail::Runtime& runtime() const { return *rt_; }
-
  private:
   friend Worker init_rpc(WorkerOptions opts);
   friend class detail::Runtime;
+  // castor's own entry points (actors/api/worker_access.hpp), not user API.
+  friend void detail::call_raw(const Worker&, const std::string&, const std::string&, std::vector<Value>,
+                               std::optional<std::chrono::milliseconds>, detail::Completion);
+  friend void detail::call_request(const Worker&, WorkerId, CallRequest, std::optional<std::chrono::milliseconds>,
+                                   detail::Completion);
+  friend WorkerId detail::rank_of(const Worker&, const std::string&);
+  friend detail::CallbackRunner detail::callback_runner(const Worker&);
+  friend detail::WorkerServices& detail::services(const Worker&);
   Worker(std::shared_ptr<detail::Runtime> rt, bool owning);
 
   std::shared_ptr<detail::Runtime> rt_;

@@ -36,7 +36,7 @@ ErrorInfo user_exception(const Runtime& rt, const std::string& fn, std::exceptio
   } catch (...) {
     what = "an exception that is not a std::exception";
   }
-  return make_error(ErrorKind::Remote, rt.name, "worker " + rt.name + ": function '" + fn + "' raised: " + what);
+  return make_error(ErrorKind::Remote, rt.name(), "worker " + rt.name() + ": function '" + fn + "' raised: " + what);
 }
 
 void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Completion reply) {
@@ -54,8 +54,8 @@ void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Com
       if (once->exchange(true)) return;
       if (!o.ok && o.error.worker.empty()) {
         // An error set by user code (Promise::set_error) names no worker yet.
-        o.error.worker = rt->name;
-        o.error.message = "worker " + rt->name + ": function '" + fn + "' failed: " + o.error.message;
+        o.error.worker = rt->name();
+        o.error.message = "worker " + rt->name() + ": function '" + fn + "' failed: " + o.error.message;
       }
       reply(std::move(o));
     };
@@ -65,7 +65,7 @@ void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Com
       if (!once->load()) throw;
     }
   } catch (const CallFailure& f) {
-    reply(Outcome::failure(make_error(f.kind, rt->name, "worker " + rt->name + ": " + f.message)));
+    reply(Outcome::failure(make_error(f.kind, rt->name(), "worker " + rt->name() + ": " + f.message)));
   } catch (...) {
     reply(Outcome::failure(user_exception(*rt, fn, std::current_exception())));
   }
@@ -74,7 +74,7 @@ void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Com
 }  // namespace
 
 Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallRequest& req) {
-  bool to_self = req.caller == rt->rank;
+  bool to_self = req.caller == rt->rank();
   WorkerId caller_rank = req.caller;
   CallId id = req.id;
   ContextId ctx = req.autograd.context;
@@ -114,7 +114,7 @@ Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallReq
 
 void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
   auto fail = [&](ErrorKind k, const std::string& msg) {
-    reply(Outcome::failure(make_error(k, rt->name, "worker " + rt->name + ": " + msg)));
+    reply(Outcome::failure(make_error(k, rt->name(), "worker " + rt->name() + ": " + msg)));
   };
   if (rt->state.load() == RunState::stopped) return fail(ErrorKind::Shutdown, "is shut down");
   const FunctionEntry* entry = nullptr;
@@ -135,8 +135,8 @@ void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
   auto saturated = [rt, fn, reply] {
     auto limit = std::to_string(rt->opts.max_worker_threads);
     reply(Outcome::failure(make_error(
-        ErrorKind::Remote, rt->name,
-        "worker " + rt->name + " cannot run '" + fn + "': all " + limit +
+        ErrorKind::Remote, rt->name(),
+        "worker " + rt->name() + " cannot run '" + fn + "': all " + limit +
             " executor threads are blocked in nested calls (WorkerOptions::max_worker_threads = " + limit + ")")));
   };
   bool accepted = rt->post([rt, entry, req = std::move(req), reply]() mutable {
@@ -153,11 +153,11 @@ void handle_request_impl(worker_pointer self, CallRequest&& req, const caf::stro
     auto err = self->state.chunks.resolve(a);
     if (!err.empty()) {
       make_replier(rt, sender, req)(
-          Outcome::failure(make_error(ErrorKind::Internal, rt->name, "worker " + rt->name + ": " + err)));
+          Outcome::failure(make_error(ErrorKind::Internal, rt->name(), "worker " + rt->name() + ": " + err)));
       return;
     }
   }
-  if (req.autograd.in_context() && req.caller != rt->rank && rt->autograd) {
+  if (req.autograd.in_context() && req.caller != rt->rank() && rt->autograd) {
     std::vector<Value*> values;
     for (auto& a : req.args) values.push_back(&a);
     rt->autograd->on_receive(req.autograd, values, req.caller);  // the paired RecvRpcBackward
@@ -174,7 +174,7 @@ void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk) {
   auto from = chunk.transfer.worker();
   auto err = self->state.chunks.add(std::move(chunk));
   if (!err.empty())
-    std::fprintf(stderr, "castor[%s]: dropped a tensor chunk from %s: %s\n", self->state.rt->name.c_str(),
+    std::fprintf(stderr, "castor[%s]: dropped a tensor chunk from %s: %s\n", self->state.rt->name().c_str(),
                  self->state.rt->name_of(from).c_str(), err.c_str());
 }
 

@@ -44,9 +44,10 @@ CallLatencyKind latency_kind_of(const CallRequest& req) {
 
 void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::milliseconds timeout, Completion done) {
   auto fail_now = [&](ErrorKind kind, const std::string& why) {
-    done(Outcome::failure(make_error(kind, to == rank ? name : name_of(to), why)));
+    done(Outcome::failure(make_error(kind, to == rank() ? name() : name_of(to), why)));
   };
-  auto unreachable = [&] { return to != rank && peer_dead[size_t(to)].load(); };
+  // W3 of Note [World]: a live, connected peer, or ourselves; nothing else.
+  auto unreachable = [&] { return to != rank() && !world().peer(to); };
   if (unreachable())
     return fail_now(ErrorKind::Unreachable,
                     "worker " + name_of(to) + " is unreachable (calling '" + req.function + "')");
@@ -57,7 +58,7 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
     if (auto call = pending.take(id)) {
       done = std::move(call->done);
       return state.load() == RunState::stopped
-                 ? fail_now(ErrorKind::Shutdown, "worker " + name + " is shut down; cannot call '" + req.function + "'")
+                 ? fail_now(ErrorKind::Shutdown, "worker " + name() + " is shut down; cannot call '" + req.function + "'")
                  : fail_now(ErrorKind::Unreachable,
                             "worker " + name_of(to) + " is unreachable (calling '" + req.function + "')");
     }
@@ -71,20 +72,22 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
   auto ctx = req.autograd.context.valid() || !autograd ? req.autograd.context : autograd->current_context();
   if (ctx.valid()) {
     req.autograd.context = ctx;
-    if (to != rank) {
+    if (to != rank()) {
       std::vector<Value*> values;
       for (auto& a : req.args) values.push_back(&a);
       autograd->on_send(ctx, values, to, req.autograd);
     }
   }
   counters.sent.fetch_add(1, std::memory_order_relaxed);
-  if (to == rank) {
+  if (to == rank()) {
     for (auto& a : req.args) a = ctx.valid() ? a.clone_with_graph() : a.deep_copy();
     caf::send_as(actor, actor, std::move(req));
     return;
   }
   if (bulk && bulk->wants(req.args) && bulk->try_send(to, req)) return;  // Note [Bulk path]
-  const auto& peer = peer_handles[size_t(to)];
+  // The handle of the snapshot checked above: a peer dead since then loses
+  // the message, and the actor fails the call (Note [Direct sends]).
+  auto peer = world().member(to).handle;
   std::vector<TensorChunk> chunks;
   for (auto& a : req.args) split_large_tensors(a, opts.max_message_bytes, transfer_ids, chunks);
   for (auto& c : chunks) caf::send_as(actor, peer, std::move(c));  // before the request: FIFO per sender
@@ -100,7 +103,7 @@ void handle_reply_impl(worker_pointer self, CallReply&& reply) {
   if (reply.ok) {
     auto err = st.chunks.resolve(reply.result);
     if (!err.empty())
-      return call->done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name, "reply of a call: " + err)));
+      return call->done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name(), "reply of a call: " + err)));
     if (reply.autograd.message.valid() && st.rt->autograd)
       st.rt->autograd->on_receive(reply.autograd, {&reply.result}, call->to);
     if (st.rt->rrefs && reply.result.contains_rref())

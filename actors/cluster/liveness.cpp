@@ -10,10 +10,10 @@ namespace castor::detail {
 
 bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle) {
   auto& st = self->state;
-  if (rank < 0 || size_t(rank) >= st.peers.size() || rank == st.rt->rank || !handle) return false;
+  if (rank < 0 || size_t(rank) >= st.peers.size() || rank == st.rt->rank() || !handle) return false;
   auto& slot = st.peers[size_t(rank)];
   if (!slot) {
-    slot = PeerSlot{handle, true};
+    slot = PeerSlot{handle};
     st.rank_by_addr[handle.address()] = rank;
     self->monitor(handle);
   }
@@ -27,7 +27,7 @@ bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle) {
 bool all_peers_known(worker_pointer self) {
   const auto& st = self->state;
   for (size_t r = 0; r < st.peers.size(); ++r)
-    if (WorkerId(r) != st.rt->rank && !st.peers[r]) return false;
+    if (WorkerId(r) != st.rt->rank() && !st.peers[r]) return false;
   return true;
 }
 
@@ -39,8 +39,7 @@ std::vector<worker_peer> peer_handles(worker_pointer self) {
 }
 
 bool peer_usable(worker_pointer self, WorkerId rank) {
-  const auto& slot = self->state.peers[size_t(rank)];
-  return slot && slot->alive;
+  return self->state.peers[size_t(rank)].has_value() && self->state.rt->world().alive(rank);
 }
 
 void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
@@ -48,12 +47,12 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   auto it = st.rank_by_addr.find(dm.source);
   if (it == st.rank_by_addr.end()) return;
   auto rank = it->second;
-  auto& slot = st.peers[size_t(rank)];
-  if (!slot || !slot->alive) return;
-  slot->alive = false;
-  st.rt->peer_dead[size_t(rank)] = true;  // before failing its calls: see Note [Direct sends]
-  st.chunks.drop_from(rank);
   auto* rt = st.rt;
+  if (!st.peers[size_t(rank)] || !rt->world().alive(rank)) return;
+  // W2 of Note [World]: dead in the published world before its calls fail
+  // (Note [Direct sends]); a dead worker stays dead.
+  rt->membership.update([&](const World& w) { return w.with_death(rank, std::chrono::system_clock::now()); });
+  st.chunks.drop_from(rank);
   auto who = rt->name_of(rank);
   if (rt->state.load() != RunState::stopped)
     fail_pending_impl(

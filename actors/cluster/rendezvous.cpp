@@ -15,6 +15,7 @@
 #include <caf/send.hpp>
 
 #include "actors/api/errors.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/caf_links.hpp"
 #include "actors/transport/transport.hpp"
 
@@ -72,16 +73,16 @@ worker_peer connect_with_retry(Runtime& rt, const std::string& host, uint16_t po
     // A door that refuses our greeting, or something else listening there,
     // will not change its mind before the init timeout.
     if (link.failure == DialFailure::refused || link.failure == DialFailure::not_castor)
-      fail(rt.name, ErrorKind::Unreachable, "cannot reach " + where + ": " + link.error);
+      fail(rt.name(), ErrorKind::Unreachable, "cannot reach " + where + ": " + link.error);
     // A TLS peer that drops the handshake again and again does not accept
     // our certificate (or we not its): waiting would not change that.
     refused_handshakes = link.failure == DialFailure::tls ? refused_handshakes + 1 : 0;
     if (refused_handshakes >= 3)
-      fail(rt.name, ErrorKind::Unreachable,
+      fail(rt.name(), ErrorKind::Unreachable,
            "cannot reach " + where + ": " + link.error + " (" + std::to_string(refused_handshakes) +
                " times in a row); are both certificates signed by the cluster CA?");
     if (std::chrono::steady_clock::now() + pause >= deadline)
-      fail(rt.name, ErrorKind::Unreachable,
+      fail(rt.name(), ErrorKind::Unreachable,
            "cannot reach " + where + " within " + std::to_string(rt.opts.init_timeout.count()) + " ms: " + link.error);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(250));
@@ -130,22 +131,36 @@ void register_peer(Runtime& rt, caf::scoped_actor& self, WorkerId r, const worke
   bool ok = false;
   self->request(rt.actor, left_until(deadline), peer_atom::value, r, h)
       .receive([&](bool b) { ok = b; }, [](caf::error&) {});
-  if (!ok) fail(rt.name, ErrorKind::Internal, "could not register peer " + name);
+  if (!ok) fail(rt.name(), ErrorKind::Internal, "could not register peer " + name);
 }
 
-// Waits until every higher rank has connected to us; fills rt.peer_handles.
-void await_higher_ranks(Runtime& rt, caf::scoped_actor& self, std::chrono::steady_clock::time_point deadline) {
+// Waits until every higher rank has connected to us; every peer's handle, by rank.
+std::vector<worker_peer> await_higher_ranks(Runtime& rt, caf::scoped_actor& self,
+                                            std::chrono::steady_clock::time_point deadline) {
+  std::vector<worker_peer> handles;
   bool ready = false;
   self->request(rt.actor, left_until(deadline), ready_atom::value)
       .receive(
           [&](std::vector<worker_peer>& peers) {
-            rt.peer_handles = std::move(peers);
+            handles = std::move(peers);
             ready = true;
           },
           [](caf::error&) {});
   if (!ready)
-    fail(rt.name, ErrorKind::Timeout,
+    fail(rt.name(), ErrorKind::Timeout,
          "timed out after " + std::to_string(rt.opts.init_timeout.count()) + " ms waiting for higher ranks to connect");
+  return handles;
+}
+
+// Note [World] W1: the join publishes the world in steps, each a new epoch.
+void publish_members(Runtime& rt, std::vector<Member> members) {
+  rt.membership.update([&](const World& w) {
+    return w.size() == 0 ? World(rt.rank(), w.epoch() + 1, std::move(members)) : w.with_members(std::move(members));
+  });
+}
+
+void publish_handles(Runtime& rt, const std::vector<worker_peer>& handles) {
+  rt.membership.update([&](const World& w) { return w.with_handles(handles); });
 }
 
 // From here this worker can call every peer; calls that arrived early run
@@ -180,7 +195,7 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
   const auto& cluster = rt.opts.cluster;
   auto n = size_t(rt.opts.world_size);
   auto mine = make_join_request(rt);
-  rt.world[size_t(rt.rank)] = mine.self;
+  auto members = rt.world().members();  // what only each peer knows is added below
   caf::scoped_actor self{*rt.system};
   // Checks in with `h`, the worker the cluster lists as rank `r`; its record.
   auto check_in = [&](size_t r, const worker_peer& h) {
@@ -193,29 +208,31 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
         .receive([&](JoinReply& x) { reply = std::move(x), answered = true; },
                  [&](caf::error& e) { failure = std::move(e); });
     if (!answered)
-      fail(rt.name, failure == caf::sec::request_timeout ? ErrorKind::Timeout : ErrorKind::Unreachable,
+      fail(rt.name(), failure == caf::sec::request_timeout ? ErrorKind::Timeout : ErrorKind::Unreachable,
            "worker " + m.name + " at " + where + " did not answer: " + rt.system->render(failure));
-    if (!reply.ok) fail(rt.name, ErrorKind::Lookup, reply.error);
+    if (!reply.ok) fail(rt.name(), ErrorKind::Lookup, reply.error);
     if (reply.workers.size() != 1 || reply.workers[0].rank != WorkerId(r) || reply.workers[0].name != m.name)
-      fail(rt.name, ErrorKind::Lookup,
+      fail(rt.name(), ErrorKind::Lookup,
            "the worker at " + where + " is '" + (reply.workers.empty() ? "?" : reply.workers[0].name) + "' (rank " +
                std::to_string(reply.workers.empty() ? -1 : reply.workers[0].rank) + "), the cluster says '" + m.name +
                "' (rank " + std::to_string(r) + ")");
-    // Names and addresses are in the world table already (J2); add what
-    // only the peer knows.
-    rt.world[r].bulk_port = reply.workers[0].bulk_port;
-    rt.world[r].pid = reply.workers[0].pid;
+    // Names and addresses are in the world already (J2); add what only the
+    // peer knows.
+    members[r].bulk_port = reply.workers[0].bulk_port;
+    members[r].pid = reply.workers[0].pid;
   };
   // Lower ranks: connect and check in, then register them (they hear hello).
   // Only one side of a pair connects (J1).
-  for (size_t r = 0; r < size_t(rt.rank); ++r) {
+  for (size_t r = 0; r < size_t(rt.rank()); ++r) {
     auto h = connect_with_retry(rt, cluster[r].host, cluster[r].port, deadline, "worker " + cluster[r].name);
     check_in(r, h);
     register_peer(rt, self, WorkerId(r), h, cluster[r].name, deadline);
   }
-  await_higher_ranks(rt, self, deadline);
+  auto handles = await_higher_ranks(rt, self, deadline);
   // Higher ranks connected to us: check in with them over those links.
-  for (size_t r = size_t(rt.rank) + 1; r < n; ++r) check_in(r, rt.peer_handles[r]);
+  for (size_t r = size_t(rt.rank()) + 1; r < n; ++r) check_in(r, handles[r]);
+  publish_members(rt, std::move(members));
+  publish_handles(rt, handles);
   declare_running(rt);
 }
 
@@ -223,34 +240,40 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
 
 void join_world(Runtime& rt) {
   auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
-  if (!rt.opts.cluster.empty()) {  // J2 of Note [Masterless join]
-    if (rt.opts.cluster.size() != size_t(rt.opts.world_size))
-      fail(rt.name, ErrorKind::Lookup,
-           "the cluster lists " + std::to_string(rt.opts.cluster.size()) + " workers, world_size is " +
-               std::to_string(rt.opts.world_size));
-    rt.world.clear();
-    for (size_t r = 0; r < rt.opts.cluster.size(); ++r) {
-      const auto& m = rt.opts.cluster[r];
-      rt.world.push_back(WorkerRecord{m.name, WorkerId(r), m.host, m.port, 0, 0});
-      rt.rank_by_name[m.name] = WorkerId(r);
-    }
-  }
+  if (!rt.opts.cluster.empty() && rt.opts.cluster.size() != size_t(rt.opts.world_size))
+    fail(rt.name(), ErrorKind::Lookup,
+         "the cluster lists " + std::to_string(rt.opts.cluster.size()) + " workers, world_size is " +
+             std::to_string(rt.opts.world_size));
   // Note [The door]: peers reach the worker actor only through the door
   // (and with TLS, only over TLS: Note [TLS]). serve_actor listens with
   // SO_REUSEADDR on every rank: a fixed port (a cluster file's) must be
   // usable again while the last job's connections on it are in TIME_WAIT;
   // Linux still refuses a second listener on a port that is in use.
+  uint16_t port = 0;
   try {
-    rt.opts.port = serve_actor(*rt.system, rt.transport->door(), rt.opts.host, rt.opts.port, rt.transport->tls(),
-                               caf::actor_cast<caf::strong_actor_ptr>(rt.actor),
-                               rt.system->message_types<worker_peer>());
+    port = serve_actor(*rt.system, rt.transport->door(), rt.opts.host, rt.opts.port, rt.transport->tls(),
+                       caf::actor_cast<caf::strong_actor_ptr>(rt.actor), rt.system->message_types<worker_peer>());
   } catch (const std::exception& e) {
-    fail(rt.name, ErrorKind::Unreachable,
+    fail(rt.name(), ErrorKind::Unreachable,
          "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " + e.what());
   }
+  // The first world: ourselves as we listen, and (J2 of Note [Masterless
+  // join]) every name and address a cluster lists, before anyone can call us.
+  std::vector<Member> members(size_t(rt.opts.world_size));
+  for (size_t r = 0; r < members.size(); ++r) {
+    members[r].rank = WorkerId(r);
+    if (r < rt.opts.cluster.size()) {
+      const auto& m = rt.opts.cluster[r];
+      members[r].name = m.name, members[r].host = m.host, members[r].port = m.port;
+    }
+  }
+  auto& me = members[size_t(rt.rank())];
+  me.name = rt.name(), me.host = rt.opts.host, me.port = port;
+  me.bulk_port = uint16_t(rt.bulk ? rt.bulk->port() : 0), me.pid = int32_t(::getpid());
+  publish_members(rt, std::move(members));
   if (!rt.opts.cluster.empty()) return join_masterless(rt, deadline);  // Note [Masterless join]
 
-  worker_peer master = rt.rank == 0 ? caf::actor_cast<worker_peer>(rt.actor)
+  worker_peer master = rt.rank() == 0 ? caf::actor_cast<worker_peer>(rt.actor)
                                     : connect_with_retry(rt, rt.opts.master.host, rt.opts.master.port, deadline,
                                                          "the master (rank 0)");
   JoinReply reply;
@@ -266,32 +289,37 @@ void join_world(Runtime& rt) {
       self->request(master, milliseconds(2000), info_atom::value)
           .receive([&](std::vector<WorkerRecord>& xs) { joined = std::move(xs); }, [](caf::error&) {});
       if (failure == caf::sec::request_timeout)
-        fail(rt.name, ErrorKind::Timeout,
+        fail(rt.name(), ErrorKind::Timeout,
              "timed out waiting for ranks " + missing_ranks(joined, rt.opts.world_size) + " to join (world_size " +
                  std::to_string(rt.opts.world_size) + ")");
-      fail(rt.name, ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
+      fail(rt.name(), ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
     }
   }
-  if (!reply.ok) fail(rt.name, reply.timed_out ? ErrorKind::Timeout : ErrorKind::Lookup, reply.error);
-  rt.world = std::move(reply.workers);
-  for (const auto& w : rt.world) rt.rank_by_name[w.name] = w.rank;
+  if (!reply.ok) fail(rt.name(), reply.timed_out ? ErrorKind::Timeout : ErrorKind::Lookup, reply.error);
+  std::vector<Member> joined(size_t(rt.opts.world_size));
+  for (const auto& w : reply.workers)
+    if (w.rank >= 0 && w.rank < rt.opts.world_size) joined[size_t(w.rank)] = Member::from(w);
+  for (size_t r = 0; r < joined.size(); ++r)
+    if (joined[r].rank != WorkerId(r))
+      fail(rt.name(), ErrorKind::Internal, "the master's list of workers has no rank " + std::to_string(r));
+  publish_members(rt, std::move(joined));
 
   // Connect to every lower rank; higher ranks connect to us (hello).
   caf::scoped_actor self{*rt.system};
-  for (WorkerId r = 0; r < rt.rank; ++r) {
-    const auto& rec = rt.world[size_t(r)];
+  for (WorkerId r = 0; r < rt.rank(); ++r) {
+    const auto& rec = rt.world().member(r);
     auto h = r == 0 ? master : connect_with_retry(rt, rec.host, rec.port, deadline, "worker " + rec.name);
     register_peer(rt, self, r, h, rec.name, deadline);
   }
-  await_higher_ranks(rt, self, deadline);
+  publish_handles(rt, await_higher_ranks(rt, self, deadline));
   // From here this worker can call every peer: a call that arrives before
   // init_rpc returns here may already make nested calls.
   declare_running(rt);
   bool all_connected = false;
-  self->request(master, left_until(deadline), joined_atom::value, rt.rank)
+  self->request(master, left_until(deadline), joined_atom::value, rt.rank())
       .receive([&](bool b) { all_connected = b; }, [](caf::error&) {});
   if (!all_connected)
-    fail(rt.name, ErrorKind::Timeout, "timed out waiting for every worker to connect to every other one");
+    fail(rt.name(), ErrorKind::Timeout, "timed out waiting for every worker to connect to every other one");
 }
 
 }  // namespace castor::detail

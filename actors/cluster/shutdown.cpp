@@ -52,7 +52,7 @@ namespace {
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 constexpr auto kWavePause = std::chrono::milliseconds(2);
 
-bool is_coordinator(worker_pointer self) { return self->state.rt->rank == 0; }
+bool is_coordinator(worker_pointer self) { return self->state.rt->rank() == 0; }
 
 void on_report(worker_pointer self, TerminationReport report);
 
@@ -61,7 +61,7 @@ void broadcast_done(worker_pointer self) {
   st.shutdown.finishing = true;
   st.shutdown.acks_missing = 0;
   for (size_t r = 0; r < st.peers.size(); ++r) {
-    if (WorkerId(r) == st.rt->rank || !peer_usable(self, WorkerId(r))) continue;
+    if (WorkerId(r) == st.rt->rank() || !peer_usable(self, WorkerId(r))) continue;
     ++st.shutdown.acks_missing;
     // A peer that closed before answering is as good as an answer.
     auto on_answer = [self] {
@@ -126,14 +126,14 @@ void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd) {
   // are released by the termination waves (local_report_impl), once every
   // worker has entered shutdown and no call runs here.
   for (size_t r = 0; r < st.peers.size(); ++r)
-    if (WorkerId(r) != rt->rank && !peer_usable(self, WorkerId(r)) && (is_coordinator(self) || r == 0)) {
+    if (WorkerId(r) != rt->rank() && !peer_usable(self, WorkerId(r)) && (is_coordinator(self) || r == 0)) {
       fail_shutdown_impl(self, WorkerId(r));
       return;
     }
   if (is_coordinator(self))
-    on_shutdown_entered_impl(self, rt->rank);
+    on_shutdown_entered_impl(self, rt->rank());
   else
-    self->send(st.peers[0]->handle, shutdown_atom::value, rt->rank);
+    self->send(st.peers[0]->handle, shutdown_atom::value, rt->rank());
 }
 
 void on_shutdown_entered_impl(worker_pointer self, WorkerId rank) {
@@ -152,7 +152,7 @@ void start_wave_impl(worker_pointer self) {
   sd.reports.clear();
   auto round = sd.round;
   for (size_t r = 0; r < st.peers.size(); ++r) {
-    if (WorkerId(r) == st.rt->rank) continue;
+    if (WorkerId(r) == st.rt->rank()) continue;
     self->request(st.peers[r]->handle, kProbeTimeout, probe_atom::value, round)
         .then([self](TerminationReport& rep) { on_report(self, std::move(rep)); },
               [self, r](caf::error&) { on_peer_lost_during_shutdown_impl(self, WorkerId(r)); });
@@ -165,7 +165,7 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   auto* rt = st.rt;
   TerminationReport rep;
   rep.round = round;
-  rep.rank = rt->rank;
+  rep.rank = rt->rank();
   // Read `in_flight` and the executor before the counters: a reply counted
   // after these reads shows up as an imbalance or as a change next wave.
   bool calls_idle = rt->counters.in_flight.load() == 0 && rt->executor->idle() && rt->pending.empty();
@@ -190,8 +190,8 @@ void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error) {
   fail_pending_impl(
       self, [](const PendingCall&) { return true; },
       [rt](const PendingCall& c) {
-        return make_error(ErrorKind::Shutdown, rt->name,
-                          "worker " + rt->name + " shut down before '" + c.function + "' on " + rt->name_of(c.to) +
+        return make_error(ErrorKind::Shutdown, rt->name(),
+                          "worker " + rt->name() + " shut down before '" + c.function + "' on " + rt->name_of(c.to) +
                               " answered");
       });
   if (auto done = std::move(st.shutdown.done)) {
@@ -215,7 +215,7 @@ void fail_shutdown_impl(worker_pointer self, WorkerId rank) {
   if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
   auto who = rt->name_of(rank);
   finish_shutdown_impl(self, make_error(ErrorKind::Unreachable, who,
-                                        "graceful shutdown of " + rt->name + " failed: worker " + who +
+                                        "graceful shutdown of " + rt->name() + " failed: worker " + who +
                                             " is unreachable"));
 }
 

@@ -63,7 +63,4 @@ class RRefHooks {
   virtual void stop() = 0;
 };
 
-/// Plugs the higher layers into a runtime (defined where they all are known).
-void install_layers(Runtime& rt);
-
 }  // namespace castor::detail

@@ -28,24 +28,32 @@ const char* to_string(RunState s) {
   return "?";
 }
 
-bool alive(const Runtime& rt, WorkerId r) {
-  if (r == rt.rank) return rt.state.load() != RunState::stopped;
-  return !rt.peer_dead[size_t(r)].load();
+bool alive(const Runtime& rt, const World& world, WorkerId r) {
+  if (r == rt.rank()) return rt.state.load() != RunState::stopped;
+  return world.alive(r);
 }
+
+std::string address_of(const Member& m) { return m.host + ":" + std::to_string(m.port); }
 
 json snapshot(Runtime& rt) {
   json out;
   auto uptime = std::chrono::steady_clock::now() - rt.started_at;
-  out["worker"] = {{"name", rt.name},
-                   {"rank", rt.rank},
-                   {"address", rt.opts.host + ":" + std::to_string(rt.opts.port)},
+  const auto& world = rt.world();  // one snapshot for the whole answer
+  out["worker"] = {{"name", rt.name()},
+                   {"rank", rt.rank()},
+                   {"address", world.has(rt.rank()) ? address_of(world.member(rt.rank())) : rt.opts.host},
+                   {"world_epoch", world.epoch()},
                    {"state", to_string(rt.state.load())},
                    {"uptime_ms", std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count()}};
 
   auto& workers = out["workers"] = json::array();
-  for (auto& w : rt.world)
-    workers.push_back({{"name", w.name}, {"rank", w.rank}, {"address", w.host + ":" + std::to_string(w.port)},
-                       {"alive", alive(rt, w.rank)}});
+  for (auto& w : world.members()) {
+    json member = {{"name", w.name}, {"rank", w.rank}, {"address", address_of(w)}, {"alive", alive(rt, world, w.rank)}};
+    if (!w.alive)  // since when, as castor inspect shows it
+      member["dead_for_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                  std::chrono::system_clock::now() - w.died_at).count();
+    workers.push_back(std::move(member));
+  }
 
   auto& rrefs = out["rrefs"] = json::object();
   auto& owned = rrefs["owned"] = json::array();
@@ -137,7 +145,7 @@ std::string inspection_json(Runtime& rt) { return snapshot(rt).dump(); }
 std::string prometheus_text(Runtime& rt) {
   auto s = snapshot(rt);
   std::ostringstream out;
-  auto w = "worker=\"" + label(rt.name) + "\"";
+  auto w = "worker=\"" + label(rt.name()) + "\"";
   auto metric = [&](const char* name, const char* type, const char* help) {
     out << "# HELP castor_" << name << ' ' << help << "\n# TYPE castor_" << name << ' ' << type << '\n';
   };

@@ -56,7 +56,7 @@ std::string peer_of(metrics_pointer self, caf::io::connection_handle hdl) {
 }
 
 void refuse(metrics_pointer self, caf::io::connection_handle hdl, Runtime* rt, const std::string& why) {
-  log_refusal(rt->name, peer_of(self, hdl), "metrics port",
+  log_refusal(rt->name(), peer_of(self, hdl), "metrics port",
               "closed a connection from " + peer_of(self, hdl) + " at its metrics port: " + why);
   self->state.requests.erase(hdl);
   self->close(hdl);
@@ -133,8 +133,8 @@ void start_inspection(Runtime& rt) {
   auto host = rt.opts.metrics_host.empty() ? rt.opts.host : rt.opts.metrics_host;
   auto door = mm.backend().new_tcp_doorman(rt.opts.metrics_port, host.c_str(), true);
   if (!door)
-    throw UnreachableError(make_error(ErrorKind::Unreachable, rt.name,
-                                      "worker " + rt.name + ": cannot serve metrics on " + host + ":" +
+    throw UnreachableError(make_error(ErrorKind::Unreachable, rt.name(),
+                                      "worker " + rt.name() + ": cannot serve metrics on " + host + ":" +
                                           std::to_string(rt.opts.metrics_port) + ": " + sys.render(door.error())));
   rt.metrics_server = mm.spawn_broker(metrics_broker, &rt, std::move(*door));
 }

@@ -5,14 +5,18 @@
 
 #include <caf/send.hpp>
 
-#include "actors/transport/bulk/bulk_path.hpp"
-#include "actors/observe/inspector.hpp"
-#include "actors/transport/transport.hpp"
 #include "actors/api/worker.hpp"
+#include "actors/calls/call_dispatch.hpp"
+#include "actors/observe/inspector.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/transport.hpp"
 
 namespace castor::detail {
 
-Runtime::Runtime(WorkerOptions o) : opts(std::move(o)) {}
+Runtime::Runtime(WorkerOptions o) : opts(std::move(o)) {
+  call_ids.reset(rank());
+  transfer_ids.reset(rank());
+}
 
 Runtime::~Runtime() { teardown(); }
 
@@ -25,29 +29,14 @@ void Runtime::teardown() {
   if (bulk) bulk->stop();  // its readers deliver to the actor: stop them first
   if (rrefs) rrefs->stop();
   if (autograd) autograd->stop();
+  if (optimizer) optimizer->stop();
   stop_inspection(*this);
   if (actor) caf::anon_send_exit(actor, caf::exit_reason::user_shutdown);
   actor = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(services_mtx_);
-    services_.clear();  // their actors end with the system below
-  }
   system.reset();
   cfg.reset();
   state.store(RunState::stopped);
   view.reset();  // breaks the cycle runtime -> view -> runtime
-}
-
-std::shared_ptr<void> Runtime::service(const std::string& key, const std::function<std::shared_ptr<void>()>& make) {
-  std::lock_guard<std::mutex> lock(services_mtx_);
-  auto& slot = services_[key];
-  if (!slot) slot = make();
-  return slot;
-}
-
-std::string Runtime::name_of(WorkerId r) const {
-  if (r >= 0 && size_t(r) < world.size()) return world[size_t(r)].name;
-  return "rank " + std::to_string(r);
 }
 
 bool Runtime::post(Executor::Task task, Executor::Task reject) {
@@ -58,13 +47,54 @@ CallbackRunner Runtime::callback_runner() const { return executor->runner(); }
 
 JoinRequest make_join_request(const Runtime& rt) {
   JoinRequest req;
-  req.self = WorkerRecord{rt.name, rt.rank, rt.opts.host, rt.opts.port, uint16_t(rt.bulk ? rt.bulk->port() : 0),
-                          int32_t(::getpid())};
+  // Once the join listens, the world has our record with the port we got;
+  // before (rank 0's name store is made first), rank 0 listens on the
+  // master port, which resolve_options made its port.
+  const auto& world = rt.world();
+  req.self = world.has(rt.rank()) ? world.member(rt.rank()).record()
+                                  : WorkerRecord{rt.name(), rt.rank(), rt.opts.host, rt.opts.port,
+                                                 uint16_t(rt.bulk ? rt.bulk->port() : 0), int32_t(::getpid())};
   req.world_size = rt.opts.world_size;
   req.autograd_mode = to_string(rt.opts.autograd_mode);
   req.signatures = all_signatures();
   req.timeout_ms = rt.opts.init_timeout.count();
   return req;
+}
+
+// -- WorkerServices: the runtime, as the layers above see it ----------------------
+
+const World& WorkerServices::world() const { return rt_.world(); }
+WorkerId WorkerServices::rank() const { return rt_.rank(); }
+const std::string& WorkerServices::name() const { return rt_.name(); }
+const WorkerOptions& WorkerServices::options() const { return rt_.opts; }
+bool WorkerServices::running() const { return rt_.state.load() != RunState::stopped; }
+caf::actor_system& WorkerServices::system() const { return *rt_.system; }
+bool WorkerServices::post(Executor::Task task, Executor::Task reject) const {
+  return rt_.post(std::move(task), std::move(reject));
+}
+CallbackRunner WorkerServices::callback_runner() const { return rt_.callback_runner(); }
+void WorkerServices::start_call(WorkerId to, CallRequest&& req, std::chrono::milliseconds timeout,
+                                Completion done) const {
+  rt_.start_call(to, std::move(req), timeout, std::move(done));
+}
+CallId WorkerServices::next_call_id() const { return rt_.call_ids.next(); }
+MessageCounters& WorkerServices::counters() const { return rt_.counters; }
+void WorkerServices::request_sweep() const {
+  if (rt_.actor) caf::anon_send(rt_.actor, sweep_atom::value);
+}
+Completion WorkerServices::replier(caf::strong_actor_ptr caller, const CallRequest& req) const {
+  return make_replier(&rt_, std::move(caller), req);
+}
+void WorkerServices::execute(CallRequest&& req, Completion done) const {
+  execute_request(&rt_, std::move(req), std::move(done));
+}
+RRefHooks* WorkerServices::rrefs() const { return rt_.rrefs.get(); }
+AutogradHooks* WorkerServices::autograd() const { return rt_.autograd.get(); }
+OptimizerHooks* WorkerServices::optimizer() const { return rt_.optimizer.get(); }
+Worker& WorkerServices::worker() const { return *rt_.view; }
+std::weak_ptr<WorkerServices> WorkerServices::lifetime() const {
+  // Shares the runtime's life: expires when the last Worker lets it go.
+  return std::shared_ptr<WorkerServices>(rt_.shared_from_this(), &rt_.services);
 }
 
 }  // namespace castor::detail

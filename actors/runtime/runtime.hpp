@@ -1,29 +1,28 @@
-// Runtime: one worker's shared machinery (actor system, executor, world table,
-// counters), owned by the Worker handle and used by the worker actor and the
-// executor's tasks.
+// Runtime: what one worker owns -- its actor system, executor, world, calls,
+// transport and the layers above -- private to actors/. The public Worker
+// holds it; the layers above see it only through WorkerServices
+// (actors/hooks/worker_services.hpp), the rest of actors/ through this header.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <memory>
 #include <string>
-#include <unordered_map>
-#include <vector>
 
 #include <caf/actor.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 
+#include "actors/api/worker_options.hpp"
 #include "actors/calls/executor.hpp"
-#include "actors/observe/metrics.hpp"
 #include "actors/calls/pending_calls.hpp"
+#include "actors/cluster/world.hpp"
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/hooks/rref_hooks.hpp"
+#include "actors/hooks/worker_services.hpp"
+#include "actors/observe/metrics.hpp"
 #include "actors/runtime/worker_actor.hpp"
-#include "actors/api/worker_options.hpp"
 #include "messages/ids.hpp"
 #include "messages/rendezvous.hpp"
 
@@ -36,61 +35,54 @@ namespace castor::detail {
 class BulkPath;
 class Transport;
 
-/// Counters for termination detection (see Note [Graceful shutdown] in
-/// actors/cluster/shutdown.cpp). Written by the actor and by executor threads.
-struct MessageCounters {
-  std::atomic<uint64_t> sent{0};      // counted messages sent to any worker (self included)
-  std::atomic<uint64_t> received{0};  // counted messages handled
-  std::atomic<int64_t> in_flight{0};  // requests received whose reply is not sent yet
-};
-
 enum class RunState : int { starting, running, shutting_down, stopped };
 
 class Runtime : public std::enable_shared_from_this<Runtime> {
  public:
+  /// `opts` as resolve_options left them (RANK, MASTER_ADDR, ... applied).
   explicit Runtime(WorkerOptions opts);
   ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
 
-  // -- set once by init_rpc, then read-only ----------------------------------
-  WorkerOptions opts;
-  WorkerId rank = -1;
-  std::string name;
-  std::vector<WorkerRecord> world;  // by rank
-  std::unordered_map<std::string, WorkerId> rank_by_name;
+  // -- fixed for the worker's life ---------------------------------------------
+  const WorkerOptions opts;
+  WorkerId rank() const { return WorkerId(opts.rank); }
+  const std::string& name() const { return opts.name; }
+  const std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
+
+  // -- the world (Note [World]): published by the join, then by liveness -------
+  Membership membership;
+  const World& world() const { return membership.current(); }
+  /// Name of a rank for messages ("worker1"), or "rank N" if unknown.
+  std::string name_of(WorkerId r) const { return world().name_of(r); }
+
+  // -- parts, each made once by init_rpc (in this order); teardown() ends
+  //    them in the reverse order ---------------------------------------------
+  std::unique_ptr<Transport> transport;  // Note [The door]: every port this worker listens on
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> system;
-  std::shared_ptr<Executor> executor;
-  worker_actor actor;
-  std::vector<worker_peer> peer_handles;  // by rank, set when init completes (read-only after)
-  std::unique_ptr<Worker> view;  // non-owning Worker, for current_worker()
-  std::unique_ptr<RRefHooks> rrefs;             // the rref/ layer (install_layers)
-  std::unique_ptr<AutogradHooks> autograd;      // the engine/ layer (install_layers)
-  std::function<bool(const std::string&)> class_known;  // for error messages
-  std::unique_ptr<Transport> transport;  // Note [The door]: every port this worker listens on
+  std::unique_ptr<Worker> view;          // non-owning Worker, for current_worker()
+  std::shared_ptr<Executor> executor;    // user code (Note [Executor sizing])
+  std::unique_ptr<RRefHooks> rrefs;          // the rref/ layer (install_layers)
+  std::unique_ptr<AutogradHooks> autograd;   // the engine/ layer (install_layers)
+  std::unique_ptr<OptimizerHooks> optimizer; // the optimizer/ layer (install_layers)
+  std::function<bool(const std::string&)> class_known;  // for error messages (install_layers)
   std::unique_ptr<BulkPath> bulk;  // Note [Bulk path]; none with TLS or bulk_threshold 0
+  worker_actor actor;
   caf::actor inspector;       // answers castor inspect (actors/observe/inspector.cpp)
   caf::actor metrics_server;  // the optional metrics port
+  WorkerServices services{*this};
 
-  // -- shared, thread-safe ----------------------------------------------------
+  // -- shared, thread-safe -------------------------------------------------------
   IdGenerator<CallId> call_ids;
-  PendingCalls pending;                     // see Note [Direct sends]
-  std::unique_ptr<std::atomic<bool>[]> peer_dead;  // by rank; set by the actor, never cleared
+  PendingCalls pending;  // see Note [Direct sends]
   IdGenerator<TransferId> transfer_ids;
   MessageCounters counters;
   MessageStats stats;  // inspection: messages by type, call latencies
-  const std::chrono::steady_clock::time_point started_at = std::chrono::steady_clock::now();
   std::atomic<RunState> state{RunState::starting};
 
- private:
-  std::mutex services_mtx_;
-  std::map<std::string, std::shared_ptr<void>> services_;
-
- public:
-
-  /// Name of a rank for messages ("worker1"), or "rank N" if unknown.
-  std::string name_of(WorkerId r) const;
-
-  /// Stops the executor, the actors and the actor system. Idempotent.
+  /// Stops the door, the executor, the actors and the actor system. Idempotent.
   void teardown();
 
   /// Starts a call from any thread (see Note [Direct sends]); `done` runs
@@ -100,10 +92,6 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   /// Posts to the executor; false if it refused (saturated or stopped).
   bool post(Executor::Task task, Executor::Task reject = {});
 
-  /// A per-worker service of a higher layer (e.g. the local optimizer actor),
-  /// made by `make` on first use. Thread-safe.
-  std::shared_ptr<void> service(const std::string& key, const std::function<std::shared_ptr<void>()>& make);
-
   /// Where then-callbacks of this worker's futures run.
   CallbackRunner callback_runner() const;
 };
@@ -111,5 +99,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
 /// What this worker sends to the name store (rank 0 keeps its own as the
 /// reference every joiner must match).
 JoinRequest make_join_request(const Runtime& rt);
+
+/// The runtime behind a Worker (actors/ only).
+Runtime& runtime_of(const Worker& w);
 
 }  // namespace castor::detail

@@ -14,7 +14,7 @@ namespace {
 worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
   self->state.rt = rt;
   self->state.peers.resize(size_t(rt->opts.world_size));
-  if (rt->rank == 0 && rt->opts.cluster.empty()) {  // a masterless join needs none
+  if (rt->rank() == 0 && rt->opts.cluster.empty()) {  // a masterless join needs none
     self->state.name_store = spawn_name_store(self->system(), make_join_request(*rt));
     self->link_to(self->state.name_store);  // it ends with the worker
   }
@@ -30,7 +30,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       },
       [self](peer_atom, WorkerId rank, worker_peer handle) {
         bool ok = add_peer_impl(self, rank, handle);
-        if (ok) self->send(handle, hello_atom::value, self->state.rt->rank);
+        if (ok) self->send(handle, hello_atom::value, self->state.rt->rank());
         return ok;
       },
       [self](ready_atom) -> caf::result<std::vector<worker_peer>> {
@@ -101,11 +101,11 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         if (!rt->opts.cluster.empty()) {  // masterless: a peer checks in with us directly
           auto& mine = self->state.own_join_request;
           if (!mine) mine = make_join_request(*rt);
-          if (auto why = incompatibility(*mine, req, "worker '" + rt->name + "'"); !why.empty())
+          if (auto why = incompatibility(*mine, req, "worker '" + rt->name() + "'"); !why.empty())
             return JoinReply{false, false, why, {}};
           return JoinReply{true, false, {}, {mine->self}};
         }
-        if (!self->state.name_store) return JoinReply{false, false, self->state.rt->name + " is not the rendezvous master", {}};
+        if (!self->state.name_store) return JoinReply{false, false, self->state.rt->name() + " is not the rendezvous master", {}};
         return self->delegate(self->state.name_store, atm, std::move(req));
       },
       [self](joined_atom atm, WorkerId rank) -> caf::result<bool> {

@@ -21,9 +21,9 @@
 
 namespace castor::detail {
 
+/// A peer as the actor met it during init (liveness is the world's: Note [World]).
 struct PeerSlot {
-  worker_peer handle;  // set when the peer connected (init)
-  bool alive = true;   // cleared by the down handler; a dead worker stays dead
+  worker_peer handle;  // set when the peer connected
 };
 
 /// Graceful shutdown bookkeeping, see Note [Graceful shutdown] in actors/cluster/shutdown.cpp.

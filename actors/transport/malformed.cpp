@@ -27,7 +27,7 @@ std::string sender_name(worker_pointer self, std::optional<WorkerId> claimed = s
     for (size_t r = 0; r < st.peers.size(); ++r)
       if (st.peers[r] && st.peers[r]->handle && st.peers[r]->handle.node() == src->node())
         return "worker " + st.rt->name_of(WorkerId(r));
-    if (src->node() == self->node()) return "this worker (" + st.rt->name + ")";
+    if (src->node() == self->node()) return "this worker (" + st.rt->name() + ")";
     return "an unknown sender (actor " + std::to_string(src->id()) + " on node " + caf::to_string(src->node()) + ")";
   }
   if (claimed && *claimed >= 0 && size_t(*claimed) < st.peers.size())
@@ -37,7 +37,7 @@ std::string sender_name(worker_pointer self, std::optional<WorkerId> claimed = s
 
 void log_dropped(worker_pointer self, const char* type, const std::string& from, const std::string& why) {
   self->state.rt->stats.count(MessageType::malformed);
-  std::fprintf(stderr, "castor[%s]: dropped a malformed %s from %s: %s\n", self->state.rt->name.c_str(), type,
+  std::fprintf(stderr, "castor[%s]: dropped a malformed %s from %s: %s\n", self->state.rt->name().c_str(), type,
                from.c_str(), why.c_str());
   std::fflush(stderr);
 }
@@ -55,8 +55,8 @@ bool drop_malformed(worker_pointer self, CallRequest& req) {
   if (!req.id.valid()) return true;
   rt->counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
   make_replier(rt, self->current_sender(), req)(Outcome::failure(make_error(
-      ErrorKind::Internal, rt->name,
-      "worker " + rt->name + " could not decode a call request from " + from + ": " + req.malformed)));
+      ErrorKind::Internal, rt->name(),
+      "worker " + rt->name() + " could not decode a call request from " + from + ": " + req.malformed)));
   return true;
 }
 
@@ -112,7 +112,7 @@ caf::result<caf::message> drop_unexpected(worker_pointer self, caf::message_view
   self->state.rt->stats.count(MessageType::unexpected);
   auto text = caf::to_string(x.content());
   if (text.size() > 200) text = text.substr(0, 200) + "...";
-  std::fprintf(stderr, "castor[%s]: dropped an unexpected message from %s: %s\n", self->state.rt->name.c_str(),
+  std::fprintf(stderr, "castor[%s]: dropped an unexpected message from %s: %s\n", self->state.rt->name().c_str(),
                sender_name(self).c_str(), text.c_str());
   std::fflush(stderr);
   // Only a request gets an error back. Answering an asynchronous message with

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
@@ -43,7 +43,7 @@ std::string error_of(F&& f) {
   return {};
 }
 uint64_t received(Worker& w, castor::detail::MessageType t) {
-  return w.runtime().stats.received[size_t(t)].load();
+  return castor::testing::runtime(w).stats.received[size_t(t)].load();
 }
 // A local node whose backward throws (a custom Function: never a light node).
 struct LocalExplosion : torch::autograd::Function<LocalExplosion> {

@@ -13,7 +13,7 @@
 #include <ATen/ATen.h>
 
 #include "actors/transport/bulk/bulk_path.hpp"
-#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -24,8 +24,8 @@ using std::chrono::milliseconds;
 
 namespace {
 
-uint64_t bulk_sent(Worker& w) { return w.runtime().stats.bulk_sent.load(); }
-uint64_t bulk_received(Worker& w) { return w.runtime().stats.bulk_received.load(); }
+uint64_t bulk_sent(Worker& w) { return castor::testing::runtime(w).stats.bulk_sent.load(); }
+uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bulk_received.load(); }
 
 // A link's writer thread counts a send after the receiver's answer, which on
 // one host can come after the call's reply has arrived: counters are checked
@@ -41,7 +41,7 @@ TEST_CASE("large tensors take the bulk path both ways; small ones stay on CAF's 
   SUBCASE("bytes on the socket") { same_host = false; }
   CAPTURE(same_host);
   LocalWorld world(2, [same_host](WorkerOptions& o) { o.bulk_same_host = same_host; });
-  REQUIRE(world[0].runtime().bulk != nullptr);
+  REQUIRE(castor::testing::runtime(world[0]).bulk != nullptr);
   auto big = at::rand({600, 600});            // 1.4 MB
   auto strided = at::rand({700, 400}).t();    // non-contiguous
   auto ints = at::arange(int64_t(300000));    // 2.4 MB of int64
@@ -84,14 +84,14 @@ TEST_CASE("gradients flow back through calls whose tensors took the bulk path") 
 
 TEST_CASE("bulk_threshold 0 turns the bulk path off: large tensors go through CAF") {
   LocalWorld world(2, [](WorkerOptions& o) { o.bulk_threshold = 0; });
-  CHECK(world[0].runtime().bulk == nullptr);
+  CHECK(castor::testing::runtime(world[0]).bulk == nullptr);
   auto big = at::rand({600, 600});
   CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", big), big));
 }
 
 TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
   LocalWorld world(2);
-  auto port = world[1].runtime().bulk->port();
+  auto port = castor::testing::runtime(world[1]).bulk->port();
   for (const std::string& junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string("CSB1\x05\0\0\0", 8),
                                  std::string("\x43\x53\x42\x31\x00\x00\x00\x00\x04\x00\x00\x00\x09\xff\xff", 15)}) {
     int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -112,8 +112,15 @@ TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
 
 TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
   LocalWorld world(2);
-  // Point worker0 at a port where nobody listens (before its first large call).
-  world[0].runtime().world[1].bulk_port = free_port();
+  // Point worker0 at a port where nobody listens (before its first large
+  // call): a new world in which worker1's bulk port is elsewhere (W1).
+  auto& rt0 = castor::testing::runtime(world[0]);
+  auto nowhere = free_port();
+  rt0.membership.update([&](const castor::detail::World& w) {
+    auto members = w.members();
+    members[1].bulk_port = nowhere;
+    return w.with_members(std::move(members));
+  });
   auto big = at::rand({600, 600});
   auto out = bounded(milliseconds(30000), "a large call without a bulk link",
                      [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", big); });

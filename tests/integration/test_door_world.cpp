@@ -17,7 +17,7 @@
 
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/observe/inspector.hpp"
-#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/testing.hpp"
 #include "actors/transport/greeting.hpp"
 #include "support/cluster.hpp"
 #include "support/door_probes.hpp"
@@ -109,7 +109,7 @@ TEST_CASE("a world with a cluster secret keeps working while strangers knock at 
     o.greeting_timeout = 1000ms;  // the silent clients below outlast it
   });
   auto port = world.master_port();  // worker0's castor port
-  auto bulk_port = world[0].runtime().bulk->port();
+  auto bulk_port = castor::testing::runtime(world[0]).bulk->port();
   Traffic traffic(world[1]);
   REQUIRE(test::eventually([&] { return traffic.done.load() > 20; }, 10s));
 

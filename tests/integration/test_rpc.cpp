@@ -17,7 +17,7 @@
 
 #include <caf/send.hpp>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/testing.hpp"
 #include "actors/api/worker.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -415,7 +415,7 @@ TEST_CASE("a malformed or unknown message from a peer is dropped, logged naming 
   LocalWorld world(2);
   CapturedStderr log;
   CallRequest req;
-  req.id = world[0].runtime().call_ids.next();
+  req.id = castor::testing::runtime(world[0]).call_ids.next();
   req.caller = 0;
   req.function = "identity";
   Value deep(int64_t(1));
@@ -425,9 +425,9 @@ TEST_CASE("a malformed or unknown message from a peer is dropped, logged naming 
   // call), and a message workers do not handle as its worker actor.
   auto answer = std::make_shared<std::promise<castor::detail::Outcome>>();
   auto got = answer->get_future();
-  auto& rt0 = world[0].runtime();
+  auto& rt0 = castor::testing::runtime(world[0]);
   rt0.start_call(1, CallRequest(req), std::chrono::seconds(10), [answer](castor::detail::Outcome o) { answer->set_value(std::move(o)); });
-  caf::send_as(caf::actor_cast<caf::actor>(rt0.actor), caf::actor_cast<caf::actor>(rt0.peer_handles[1]),
+  caf::send_as(caf::actor_cast<caf::actor>(rt0.actor), caf::actor_cast<caf::actor>(*rt0.world().peer(1)),
                std::string("not a castor message"), int64_t(42));
   REQUIRE(got.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
   auto reply = got.get();

@@ -37,11 +37,12 @@ void fail_unsent(Runtime& rt, WorkerId to, Frame& m, const std::string& why) {
       call->done(Outcome::failure(make_error(ErrorKind::Unreachable, rt.name_of(to), why)));
     return;
   }
-  if (size_t(to) >= rt.peer_handles.size() || !rt.peer_handles[size_t(to)]) return;
+  auto peer = rt.world().peer(to);
+  if (!peer) return;  // dead: its caller learns it from its own liveness
   CallReply failed;
   failed.id = m.call;
-  failed.error = make_error(ErrorKind::Unreachable, rt.name, "worker " + rt.name + " could not send the result: " + why);
-  caf::anon_send(rt.peer_handles[size_t(to)], std::move(failed));
+  failed.error = make_error(ErrorKind::Unreachable, rt.name(), "worker " + rt.name() + " could not send the result: " + why);
+  caf::anon_send(*peer, std::move(failed));
   caf::logger::set_current_actor_system(nullptr);
 }
 
@@ -73,10 +74,11 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
   // [Masterless join]); a call served that early goes through CAF.
   if (rt_.state.load() == RunState::starting) return nullptr;
   Link* link;
+  const auto& world = rt_.world();
   {
     std::lock_guard<std::mutex> lock(mtx_);
-    if (stopping_ || to < 0 || size_t(to) >= rt_.world.size() || rt_.world[size_t(to)].bulk_port == 0) return nullptr;
-    if (links_.size() < rt_.world.size()) links_.resize(rt_.world.size());
+    if (stopping_ || !world.has(to) || world.member(to).bulk_port == 0) return nullptr;
+    if (links_.size() < world.size()) links_.resize(world.size());
     if (!links_[size_t(to)]) {
       links_[size_t(to)] = std::make_unique<Link>();
       links_[size_t(to)]->to = to;
@@ -93,7 +95,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
 
 // Under the link's lock: the door's greeting, then the bulk link's own (B3).
 bool BulkPath::open(Link& link) {
-  const auto& peer = rt_.world[size_t(link.to)];
+  auto peer = rt_.world().member(link.to);  // a copy: the world may move on meanwhile
   auto dial_opts = rt_.transport->dial_options();
   dial_opts.tls = nullptr;  // B6: there is no bulk link with TLS
   auto dialed = dial(dial_opts, peer.host, peer.bulk_port, door::Purpose::bulk,
@@ -105,7 +107,7 @@ bool BulkPath::open(Link& link) {
     net::set_bulk_buffers(fd);
     std::vector<char> hello;
     put(hello, kMagic);
-    put(hello, int32_t(rt_.rank));
+    put(hello, int32_t(rt_.rank()));
     put(hello, uint32_t(kWireProtocolVersion));
     put(hello, int32_t(::getpid()));
     put(hello, uint32_t(host_identity().size()));
@@ -129,7 +131,7 @@ bool BulkPath::open(Link& link) {
   if (fd < 0) {
     link.broken = true;
     std::fprintf(stderr, "castor[%s]: no bulk link to worker %s (%s:%u: %s); its large messages go through CAF\n",
-                 rt_.name.c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
+                 rt_.name().c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
     return false;
   }
   link.fd = fd;
@@ -164,7 +166,7 @@ void BulkPath::write_loop(Link& link) {
       lost.swap(link.queue);
     }
     lost.push_front(std::move(out));
-    if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name.c_str(), why.c_str());
+    if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name().c_str(), why.c_str());
     for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
     return;
   }

@@ -131,7 +131,7 @@ void BulkPath::start_reader(int fd) {
   if (stopping_ || readers_.size() >= 2 * size_t(rt_.opts.world_size) + 8) {
     if (!stopping_)
       std::fprintf(stderr, "castor[%s]: closed a bulk link from %s: %zu links are open already\n",
-                   rt_.name.c_str(), net::peer_address(fd).c_str(), readers_.size());
+                   rt_.name().c_str(), net::peer_address(fd).c_str(), readers_.size());
     ::close(fd);
     return;
   }

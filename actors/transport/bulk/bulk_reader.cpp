@@ -29,7 +29,7 @@ void BulkPath::read_loop(int fd) {
   std::string from_name = "an unknown peer";
   auto drop = [&](const std::string& why) {
     if (!stopping_)
-      std::fprintf(stderr, "castor[%s]: closed the bulk link from %s: %s\n", rt_.name.c_str(), from_name.c_str(),
+      std::fprintf(stderr, "castor[%s]: closed the bulk link from %s: %s\n", rt_.name().c_str(), from_name.c_str(),
                    why.c_str());
     ::shutdown(fd, SHUT_RDWR);
   };
@@ -60,18 +60,19 @@ void BulkPath::read_loop(int fd) {
   while (rt_.state.load() == RunState::starting && !stopping_ && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   if (rt_.state.load() == RunState::starting) return refuse("this worker's init has not finished");
-  if (from < 0 || size_t(from) >= rt_.peer_handles.size() || from == rt_.rank || !rt_.peer_handles[size_t(from)])
-    return refuse("rank " + std::to_string(from) + " is not a peer of this world");
+  const auto& world = rt_.world();
+  auto peer = world.peer(from);
+  if (!peer) return refuse("rank " + std::to_string(from) + " is not a live peer of this world");
   from_name = "worker " + rt_.name_of(from);
   // B7 reads only from the process that joined as that rank (its pid came
   // with the join, not with this unauthenticated greeting).
-  same_host = same_host && pid == rt_.world[size_t(from)].pid;
+  same_host = same_host && pid == world.member(from).pid;
   if (version != kWireProtocolVersion)
     return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   char answer = same_host ? kSameHost : kOtherHost;
   if (!net::write_all(fd, &answer, 1)) return drop("closed during the greeting");
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
-  auto sender = rt_.peer_handles[size_t(from)];
+  auto sender = *peer;
   for (;;) {
     uint8_t type = 0, mode = 0;
     uint64_t env_len = 0;
@@ -134,7 +135,7 @@ void BulkPath::read_loop(int fd) {
       if (!copied) {
         same_host = false;
         std::fprintf(stderr, "castor[%s]: cannot read tensors from %s's memory (%s); its link sends bytes\n",
-                     rt_.name.c_str(), from_name.c_str(), std::strerror(errno));
+                     rt_.name().c_str(), from_name.c_str(), std::strerror(errno));
       }
     }
     for (size_t i = 0; i < count; ++i) {
