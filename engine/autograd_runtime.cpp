@@ -69,9 +69,25 @@ ContextId AutogradRuntime::create_context() {
 void AutogradRuntime::forget(ContextId id) {
   std::lock_guard<std::mutex> lock(mtx_);
   if (contexts_.erase(id)) counters_.contexts.fetch_sub(1);
-  gradients_.erase(id);  // S2 of Note [Gradient store]
+  gradients_.erase(id);  // K2 of Note [Gradient store]
   created_.erase(id);
-  released_.insert(id);
+  // Note [Released contexts]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~
+  // A message for a context that was cleaned up here (a gradient or a
+  // cleanup on its way when the context ended) must not make it again: it
+  // would live until shutdown. The ids are remembered, but not forever: a
+  // job makes a context per step, and a set that only grows would cost about
+  // 40 MB per million steps. The last 65536 are kept (about 3 MB); a message
+  // would have to arrive after 65536 later contexts ended here to be
+  // mistaken for a new one; it would then make an empty context that lives,
+  // visible to castor inspect, until this worker shuts down.
+  if (released_.insert(id).second) {
+    released_order_.push_back(id);
+    if (released_order_.size() > kMaxReleased) {
+      released_.erase(released_order_.front());
+      released_order_.pop_front();
+    }
+  }
 }
 
 void AutogradRuntime::on_send(ContextId ctx, const std::vector<Value*>& values, WorkerId to, AutogradMeta& meta) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <deque>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -77,7 +78,11 @@ class AutogradRuntime : public AutogradHooks {
   std::unordered_map<ContextId, context_actor> contexts_;
   std::unordered_map<ContextId, std::shared_ptr<GradientStore>> gradients_;  // Note [Gradient store]
   std::unordered_map<ContextId, std::chrono::steady_clock::time_point> created_;  // inspection
-  std::unordered_set<ContextId> released_;  // cleaned up: a late message must not recreate them
+  // Note [Released contexts]: ids of contexts cleaned up here, so that a late
+  // message cannot recreate one; the last kMaxReleased, oldest forgotten first.
+  static constexpr size_t kMaxReleased = 65536;
+  std::unordered_set<ContextId> released_;
+  std::deque<ContextId> released_order_;
   bool stopped_ = false;
 };
 

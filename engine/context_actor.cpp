@@ -13,6 +13,7 @@
 #include <caf/stateful_actor.hpp>
 #include <torch/csrc/autograd/variable.h>
 
+#include "actors/hooks/protocol_actor.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
@@ -35,14 +36,6 @@ namespace castor::detail {
 
 namespace {
 
-template <class List>
-struct context_broker_of;
-template <class... Sigs>
-struct context_broker_of<caf::detail::type_list<Sigs...>> {
-  using type = caf::io::typed_broker<Sigs...>;
-};
-using context_broker = context_broker_of<context_actor::signatures>::type;
-
 struct context_state {
   static inline const char* name = "castor.autograd_context";
 
@@ -61,7 +54,7 @@ struct context_state {
   bool graph_released = false;  // a pass without retain_graph ran
 };
 
-using context_pointer = caf::stateful_actor<context_state, context_broker>*;
+using context_pointer = protocol_pointer<context_state, context_actor>;
 
 void send_to_peer(WorkerServices* rt, WorkerId to, const ContextControl& msg) {
   auto peer = rt->world().peer(to);
@@ -239,7 +232,7 @@ void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from
 }
 
 context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads) {
-  return ar.services().system().middleman().spawn_broker(context_behavior, &ar, id, std::move(grads));
+  return spawn_protocol_actor(ar.services().system(), context_behavior, &ar, id, std::move(grads));  // Note [Where actors run]
 }
 
 }  // namespace castor::detail

@@ -19,14 +19,14 @@ namespace castor::detail {
 // step). Asking the context actor for them cost two thread hand-offs per call.
 // Instead the context's gradients live in a store shared by the context's
 // graph tasks, which write, and get_gradients(), which copies them out:
-//  S1 A graph task adds what a drain captured before it does anything else
+//  K1 A graph task adds what a drain captured before it does anything else
 //     with that drain's result -- in particular before it answers a peer or
 //     ends the pass -- so when backward() returns on the root, every
 //     worker's store holds that pass's gradients.
-//  S2 The store is made with the context and dropped with it
+//  K2 The store is made with the context and dropped with it
 //     (AutogradRuntime::forget); a handle held by a running task keeps it
 //     alive, unseen, until the task ends.
-//  S3 Gradients of several passes in one context add up, keyed by the leaf's
+//  K3 Gradients of several passes in one context add up, keyed by the leaf's
 //     TensorImpl, as PyTorch's DistAutogradContext accumulates them.
 class GradientStore {
  public:
@@ -34,7 +34,7 @@ class GradientStore {
     std::lock_guard<std::mutex> lock(mtx_);
     for (auto& [leaf, g] : captured) {
       auto [it, added] = grads_.try_emplace(leaf.unsafeGetTensorImpl(), leaf, g);
-      if (!added) it->second.second = it->second.second + g;  // S3
+      if (!added) it->second.second = it->second.second + g;  // K3
     }
   }
 

@@ -10,6 +10,7 @@
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/hooks/protocol_actor.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 
@@ -58,10 +59,14 @@ namespace castor::detail {
 //     failed meanwhile) is dropped: nobody waits for it, and it must not
 //     start a pass of its own.
 //  C4 Every gradient names its pass (the root's rank and a counter). One
-//     that belongs to a pass other than the running one, or to a pass that
-//     already ended here (it was on its way when the pass failed), is
-//     refused: it must neither feed a retried pass (retain_graph) nor count
-//     as the answer to one of its requests, nor start a pass of its own.
+//     that belongs to a pass other than the running one, or to one of the
+//     last 8 passes that ended in this context here (ended_passes in the
+//     context actor; it was on its way when the pass failed), is refused: it
+//     must neither feed a retried pass (retain_graph) nor count as the
+//     answer to one of its requests, nor start a pass of its own. A gradient
+//     of a pass that ended more than 8 passes ago in the same context is not
+//     recognised: it would have to lag behind 8 whole backward passes of its
+//     own context, each of which waits for its answers.
 //
 // Nodes run on executor threads, one drain at a time per task: the core is
 // handed to one thread, which runs ready nodes until none is left; gradients
@@ -71,14 +76,6 @@ namespace castor::detail {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-template <class List>
-struct task_broker_of;
-template <class... Sigs>
-struct task_broker_of<caf::detail::type_list<Sigs...>> {
-  using type = caf::io::typed_broker<Sigs...>;
-};
-using task_broker = task_broker_of<graph_task_actor::signatures>::type;
 
 struct task_state {
   static inline const char* name = "castor.graph_task";
@@ -103,7 +100,7 @@ struct task_state {
   Clock::time_point watch_due;
 };
 
-using task_pointer = caf::stateful_actor<task_state, task_broker>*;
+using task_pointer = protocol_pointer<task_state, graph_task_actor>;
 
 std::vector<at::Tensor> tensors_of(std::vector<Value>&& values) {
   std::vector<at::Tensor> out;
@@ -248,7 +245,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   auto& st = self->state;
   st.core = std::move(d.core);
   st.last_progress = Clock::now();
-  if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // S1
+  if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // K1 of Note [Gradient store]
   if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
   bool last_word = hands_back_last_word(self, d.outgoing);  // C1
   for (auto& o : d.outgoing) {
@@ -402,7 +399,7 @@ graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime
 }  // namespace
 
 graph_task_actor spawn_graph_task(AutogradRuntime& ar, context_actor context, TaskStart start) {
-  return ar.services().system().middleman().spawn_broker(task_behavior, &ar, std::move(context), std::move(start));
+  return spawn_protocol_actor(ar.services().system(), task_behavior, &ar, std::move(context), std::move(start));  // Note [Where actors run]
 }
 
 }  // namespace castor::detail

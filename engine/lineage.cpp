@@ -15,22 +15,22 @@ namespace castor::detail {
 // result, a backward from an intermediate tensor) then waits forever. SMART
 // mode (the RPC RFC's, never built by PyTorch) knows which sends take part:
 //
-//  L1. Forward: a send function records its lineage: the ids of the recv
+//  A1. Forward: a send function records its lineage: the ids of the recv
 //      functions of the same context that are reachable here from the sent
 //      tensors, plus the lineage each of those recv functions received with
 //      its message. The message carries the lineage; the recv side keeps it.
 //      So lineage(send) is every recv upstream of the sent tensors in the
 //      whole distributed graph (recv and send of a pair share their id).
-//  L2. Backward: the worker calling backward collects the recv functions
+//  A2. Backward: the worker calling backward collects the recv functions
 //      reachable from its roots and their lineages: that set P holds exactly
 //      the message ids whose send will receive a gradient, because a
 //      gradient reaching a tensor reaches everything upstream of it.
-//  L3. P travels with every gradient of the pass (so it reaches each
+//  A3. P travels with every gradient of the pass (so it reaches each
 //      participating worker with its first gradient, while the backward pass
 //      is already running), and each worker counts dependencies only over its
 //      sends in P; the others are never waited for. Gradients and completion
 //      then flow as in FAST mode (Note [FAST mode]).
-//  L4. Ids that cannot matter are dropped: recv functions of other contexts
+//  A4. Ids that cannot matter are dropped: recv functions of other contexts
 //      (a tensor reused from an earlier iteration) are not followed, so a
 //      long training loop, one context per step, does not grow the lineage.
 
@@ -44,7 +44,7 @@ std::vector<uint64_t> lineage_of(ContextId ctx, const std::vector<torch::autogra
     auto* fn = stack.back();
     stack.pop_back();
     if (auto* recv = dynamic_cast<RecvRpcBackward*>(fn)) {
-      if (recv->context() != ctx) continue;  // L4
+      if (recv->context() != ctx) continue;  // A4
       out.push_back(recv->send_id().packed);
       out.insert(out.end(), recv->lineage.begin(), recv->lineage.end());
       continue;
@@ -65,7 +65,7 @@ Participation participating_sends(AutogradMode mode, ContextId ctx, const SendMa
     for (const auto& [id, s] : sends) out.sends.push_back(s);  // every send is assumed to get a gradient
     return out;
   }
-  out.ids = participants ? *participants : lineage_of(ctx, root_edges);  // L2 on the root, L3 elsewhere
+  out.ids = participants ? *participants : lineage_of(ctx, root_edges);  // A2 on the root, A3 elsewhere
   for (const auto& [id, s] : sends)
     if (std::binary_search(out.ids.begin(), out.ids.end(), id)) out.sends.push_back(s);
   return out;

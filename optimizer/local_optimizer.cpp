@@ -16,6 +16,7 @@
 #include <torch/optim/sgd.h>
 
 #include "actors/api/current_worker.hpp"
+#include "actors/calls/serial_jobs.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
@@ -23,9 +24,11 @@
 namespace castor::detail {
 namespace {
 
-/// One job for the optimizer actor: runs on the executor, one at a time.
+/// One job for the optimizer actor: runs on the executor, one at a time;
+/// `reject` fails it when the executor refuses it.
 struct OptimJob {
   std::function<void()> run;
+  std::function<void()> reject;
 };
 
 }  // namespace
@@ -41,35 +44,34 @@ using local_optimizer_actor = caf::typed_actor<caf::reacts_to<OptimJob>, caf::re
 struct optimizer_state {
   static inline const char* name = "castor.local_optimizer";
   WorkerServices* rt = nullptr;
-  std::deque<OptimJob> queue;  // jobs waiting for the previous one to finish
-  bool busy = false;
+  SerialJobs<OptimJob> jobs;  // one step or creation at a time, in arrival order
 };
 
 using optimizer_pointer = local_optimizer_actor::stateful_pointer<optimizer_state>;
 
 void pump(optimizer_pointer self) {
   auto& st = self->state;
-  if (st.busy || st.queue.empty()) return;
-  auto job = std::move(st.queue.front());
-  st.queue.pop_front();
-  st.busy = true;
-  auto me = caf::actor_cast<local_optimizer_actor>(self);
-  if (!st.rt->post([job = std::move(job), me] {
-        job.run();
-        caf::anon_send(me, released_atom::value);
-      }))
-    st.busy = false;
+  while (auto job = st.jobs.next()) {
+    auto me = caf::actor_cast<local_optimizer_actor>(self);
+    if (st.rt->post([run = job->run, me] {
+          run();
+          caf::anon_send(me, released_atom::value);
+        }))
+      return;
+    st.jobs.finished();  // refused (saturated or stopping): fail it, try the next
+    if (job->reject) job->reject();
+  }
 }
 
 local_optimizer_actor::behavior_type optimizer_behavior(optimizer_pointer self, WorkerServices* rt) {
   self->state.rt = rt;
   return {
       [self](OptimJob& job) {
-        self->state.queue.push_back(std::move(job));
+        self->state.jobs.push(std::move(job));
         pump(self);
       },
       [self](released_atom) {
-        self->state.busy = false;
+        self->state.jobs.finished();
         pump(self);
       },
   };
@@ -152,6 +154,17 @@ void run_step(WorkerServices& rt, LocalOptimizers& lo, int64_t id, int64_t conte
   for (size_t i = 0; i < params.size(); ++i) params[i].mutable_grad() = saved[i];
 }
 
+// What a job does when the executor refuses it: fail its promise, naming why.
+template <class T>
+std::function<void()> refused(WorkerServices& rt, Promise<T> p) {
+  auto name = rt.name();
+  return [p, name] {
+    p.try_set_error(ErrorInfo{ErrorKind::Remote, name,
+                              "worker " + name + ": the optimizer cannot run: the executor refused the job "
+                              "(saturated or shutting down)"});
+  };
+}
+
 }  // namespace
 
 std::unique_ptr<OptimizerHooks> make_local_optimizers(WorkerServices& rt) {
@@ -161,15 +174,16 @@ std::unique_ptr<OptimizerHooks> make_local_optimizers(WorkerServices& rt) {
 Future<int64_t> create_local_optimizer(WorkerServices& rt, optim::Spec spec, std::vector<at::Tensor> params) {
   auto lo = local_optimizers(rt);
   Promise<int64_t> p(rt.callback_runner());
-  caf::anon_send(lo->actor, OptimJob{[lo, p, spec = std::move(spec), params = std::move(params)] {
+  auto lo_name = rt.name();
+  caf::anon_send(lo->actor, OptimJob{[lo, p, lo_name, spec = std::move(spec), params = std::move(params)] {
     try {
       auto id = lo->next_id++;
       lo->optimizers.emplace(id, std::make_pair(make_optimizer(spec, params), params));
       p.try_set_value(id);
     } catch (...) {
-      p.try_set_error(error_from_exception(std::current_exception()));
+      p.try_set_error(error_from_exception(std::current_exception(), lo_name, "creating an optimizer"));
     }
-  }});
+  }, refused(rt, p)});
   return p.future();
 }
 
@@ -177,14 +191,15 @@ Future<bool> step_local_optimizer(WorkerServices& rt, int64_t id, int64_t contex
   auto lo = local_optimizers(rt);
   Promise<bool> p(rt.callback_runner());
   auto* rtp = &rt;
-  caf::anon_send(lo->actor, OptimJob{[lo, p, rtp, id, context] {
+  auto lo_name = rt.name();
+  caf::anon_send(lo->actor, OptimJob{[lo, p, rtp, lo_name, id, context] {
     try {
       run_step(*rtp, *lo, id, context);
       p.try_set_value(true);
     } catch (...) {
-      p.try_set_error(error_from_exception(std::current_exception()));
+      p.try_set_error(error_from_exception(std::current_exception(), lo_name, "an optimizer step"));
     }
-  }});
+  }, refused(rt, p)});
   return p.future();
 }
 

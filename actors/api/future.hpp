@@ -164,8 +164,13 @@ struct unwrap_future<Future<T>> {
   using type = T;
 };
 
-/// The ErrorInfo for an exception thrown by user code in a callback.
-ErrorInfo error_from_exception(std::exception_ptr e);
+/// The one translation of an exception that user code threw (a callback, a
+/// function, method or constructor run for a caller) into the error the
+/// caller gets. An RpcError keeps its own error (it names its worker); a
+/// CallFailure keeps its kind; anything else is a remote error. With a
+/// `worker`, the message says where and what ran: "worker w1: function 'f'
+/// raised: <what()>" (`ran` = "function 'f'").
+ErrorInfo error_from_exception(std::exception_ptr e, const std::string& worker = "", const std::string& ran = "");
 
 }  // namespace detail
 

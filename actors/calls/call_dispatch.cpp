@@ -27,18 +27,6 @@ bool small_builtin_call(const std::vector<Value>& args) {
   return bytes <= kInlineBuiltinBytes;
 }
 
-ErrorInfo user_exception(const Runtime& rt, const std::string& fn, std::exception_ptr e) {
-  std::string what;
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    what = x.what();
-  } catch (...) {
-    what = "an exception that is not a std::exception";
-  }
-  return make_error(ErrorKind::Remote, rt.name(), "worker " + rt.name() + ": function '" + fn + "' raised: " + what);
-}
-
 void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Completion reply) {
   auto fn = req.function;
   ContextScope scope(rt->autograd.get(), req.autograd.context);  // nested calls join the caller's context
@@ -64,10 +52,8 @@ void run_request(Runtime* rt, const FunctionEntry* entry, CallRequest&& req, Com
     } catch (...) {
       if (!once->load()) throw;
     }
-  } catch (const CallFailure& f) {
-    reply(Outcome::failure(make_error(f.kind, rt->name(), "worker " + rt->name() + ": " + f.message)));
   } catch (...) {
-    reply(Outcome::failure(user_exception(*rt, fn, std::current_exception())));
+    reply(Outcome::failure(error_from_exception(std::current_exception(), rt->name(), "function '" + fn + "'")));
   }
 }
 

@@ -46,7 +46,7 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
   auto fail_now = [&](ErrorKind kind, const std::string& why) {
     done(Outcome::failure(make_error(kind, to == rank() ? name() : name_of(to), why)));
   };
-  // W3 of Note [World]: a live, connected peer, or ourselves; nothing else.
+  // M3 of Note [World]: a live, connected peer, or ourselves; nothing else.
   auto unreachable = [&] { return to != rank() && !world().peer(to); };
   if (unreachable())
     return fail_now(ErrorKind::Unreachable,

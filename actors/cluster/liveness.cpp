@@ -49,7 +49,7 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   auto rank = it->second;
   auto* rt = st.rt;
   if (!st.peers[size_t(rank)] || !rt->world().alive(rank)) return;
-  // W2 of Note [World]: dead in the published world before its calls fail
+  // M2 of Note [World]: dead in the published world before its calls fail
   // (Note [Direct sends]); a dead worker stays dead.
   rt->membership.update([&](const World& w) { return w.with_death(rank, std::chrono::system_clock::now()); });
   st.chunks.drop_from(rank);

@@ -152,7 +152,7 @@ std::vector<worker_peer> await_higher_ranks(Runtime& rt, caf::scoped_actor& self
   return handles;
 }
 
-// Note [World] W1: the join publishes the world in steps, each a new epoch.
+// Note [World] M1: the join publishes the world in steps, each a new epoch.
 void publish_members(Runtime& rt, std::vector<Member> members) {
   rt.membership.update([&](const World& w) {
     return w.size() == 0 ? World(rt.rank(), w.epoch() + 1, std::move(members)) : w.with_members(std::move(members));

@@ -12,19 +12,19 @@ namespace castor::detail {
 // threads (callers, the executor, the worker actor, protocol actors, bulk
 // readers). The answers live in one immutable World snapshot; a change is a
 // new snapshot published by Membership:
-//  W1 A World never changes after it is published. A change (the join
+//  M1 A World never changes after it is published. A change (the join
 //     learning names, then handles; a death; later a rejoin) is a new World
 //     with the next epoch, made from the current one.
-//  W2 One writer at a time (Membership::update): the join while it runs,
+//  M2 One writer at a time (Membership::update): the join while it runs,
 //     then the worker actor (deaths). After publishing, the writer runs the
 //     change hooks with the old and the new World: the one place where later
 //     work extends what a change does (a rejoin, a lane keyed by
 //     incarnation). Note [Direct sends] relies on the order: a peer is marked
 //     dead (published) before its pending calls are failed.
-//  W3 World::has is the only bounds check of a rank; peer(r) answers "a live,
+//  M3 World::has is the only bounds check of a rank; peer(r) answers "a live,
 //     connected peer, or nothing", so no caller indexes a table by a rank a
 //     peer sent.
-//  W4 Readers hold a plain reference (current()), with no lock and no count,
+//  M4 Readers hold a plain reference (current()), with no lock and no count,
 //     so a snapshot is never freed while the worker runs: Membership keeps
 //     every one. A world publishes a handful during the join and one per
 //     death, each about 200 bytes a member: a 128-worker world that lost 10

@@ -48,7 +48,7 @@ class World {
   size_t size() const { return members_.size(); }
   const std::vector<Member>& members() const { return members_; }
 
-  /// W3: whether `r` names a worker of this world -- the one bounds check.
+  /// M3: whether `r` names a worker of this world -- the one bounds check.
   bool has(WorkerId r) const { return r >= 0 && size_t(r) < members_.size(); }
   /// Requires has(r).
   const Member& member(WorkerId r) const { return members_[size_t(r)]; }
@@ -61,7 +61,7 @@ class World {
   /// unknown or dead rank, or a peer not connected yet.
   std::optional<worker_peer> peer(WorkerId r) const;
 
-  // W1: each of these is a new snapshot with the next epoch.
+  // M1: each of these is a new snapshot with the next epoch.
   World with_members(std::vector<Member> members) const;
   World with_handles(const std::vector<worker_peer>& by_rank) const;
   World with_death(WorkerId r, std::chrono::system_clock::time_point when) const;
@@ -81,10 +81,10 @@ class Membership {
   Membership(const Membership&) = delete;
   Membership& operator=(const Membership&) = delete;
 
-  /// The world now. The reference stays valid for the worker's life (W4).
+  /// The world now. The reference stays valid for the worker's life (M4).
   const World& current() const { return *current_.load(std::memory_order_acquire); }
 
-  /// W2: makes `f(current())` current (its epoch must be the next one),
+  /// M2: makes `f(current())` current (its epoch must be the next one),
   /// then runs the change hooks on this thread. Writers are serialised.
   void update(const std::function<World(const World&)>& f);
 
@@ -94,7 +94,7 @@ class Membership {
 
  private:
   mutable std::mutex mtx_;                             // writers and hooks
-  std::vector<std::shared_ptr<const World>> history_;  // W4: every snapshot ever current
+  std::vector<std::shared_ptr<const World>> history_;  // M4: every snapshot ever current
   std::atomic<const World*> current_{nullptr};
   std::vector<Hook> hooks_;
 };

@@ -132,7 +132,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
 }  // namespace
 
 worker_actor spawn_worker_actor(Runtime& rt) {
-  return rt.system->middleman().spawn_broker(worker_behavior, &rt);
+  return spawn_protocol_actor(*rt.system, worker_behavior, &rt);  // Note [Where actors run]
 }
 
 }  // namespace castor::detail

@@ -19,6 +19,8 @@
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/io/typed_broker.hpp>
 
+#include "actors/hooks/protocol_actor.hpp"
+
 #include "actors/api/registry.hpp"
 #include "messages/atoms.hpp"
 #include "messages/call.hpp"
@@ -72,17 +74,10 @@ using worker_actor = worker_peer::extend<
     caf::reacts_to<stop_atom, WorkerId>,                            // a peer lost during shutdown: fail now?
     caf::reacts_to<ShutdownCommand>>;
 
-/// The worker actor is a broker: it runs on the middleman's multiplexer
-/// thread, the thread that receives its messages from peers, so no message
-/// from the network waits for a scheduler thread to wake up. It does little
-/// per message (user code runs on the executor), so it does not hold up I/O.
-template <class List>
-struct broker_of;
-template <class... Sigs>
-struct broker_of<caf::detail::type_list<Sigs...>> {
-  using type = caf::io::typed_broker<Sigs...>;
-};
-using worker_broker = broker_of<worker_actor::signatures>::type;
+/// The worker actor runs where Note [Where actors run] says (as a broker on
+/// the middleman's multiplexer thread); it does little per message (user
+/// code runs on the executor), so it does not hold up I/O.
+using worker_broker = protocol_broker<worker_actor>;
 
 /// Spawns the worker actor of `rt` (name store delegate on rank 0).
 worker_actor spawn_worker_actor(Runtime& rt);

@@ -113,7 +113,7 @@ TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
 TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
   LocalWorld world(2);
   // Point worker0 at a port where nobody listens (before its first large
-  // call): a new world in which worker1's bulk port is elsewhere (W1).
+  // call): a new world in which worker1's bulk port is elsewhere (M1).
   auto& rt0 = castor::testing::runtime(world[0]);
   auto nowhere = free_port();
   rt0.membership.update([&](const castor::detail::World& w) {

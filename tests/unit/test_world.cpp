@@ -1,6 +1,6 @@
-// Note [World]: snapshots never change (W1), one bounds check (W3), the
+// Note [World]: snapshots never change (M1), one bounds check (M3), the
 // change hook sees the old and the new world after the new one is current
-// (W2), and a reference taken earlier stays valid (W4).
+// (M2), and a reference taken earlier stays valid (M4).
 #include <doctest/doctest.h>
 
 #include <caf/actor_system.hpp>
@@ -40,7 +40,7 @@ worker_peer::behavior_type idle_peer() { return {[](hello_atom, WorkerId) {}, []
 
 }  // namespace
 
-TEST_CASE("a world answers by rank and name, and bounds-checks every rank in one place (W3)") {
+TEST_CASE("a world answers by rank and name, and bounds-checks every rank in one place (M3)") {
   World w(1, 1, three());
   CHECK(w.self() == 1);
   CHECK(w.self_name() == "trainer1");
@@ -60,7 +60,7 @@ TEST_CASE("a world answers by rank and name, and bounds-checks every rank in one
   CHECK_THROWS_AS(World(0, 1, {three()[1]}), std::logic_error);  // a member out of place
 }
 
-TEST_CASE("a change is a new world with the next epoch; the old one stays as it was (W1)") {
+TEST_CASE("a change is a new world with the next epoch; the old one stays as it was (M1)") {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   auto peer0 = sys.spawn(idle_peer), peer2 = sys.spawn(idle_peer);
@@ -87,7 +87,7 @@ TEST_CASE("a change is a new world with the next epoch; the old one stays as it 
   caf::anon_send_exit(peer2, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("membership publishes the next epoch, then tells the hooks; old references stay valid (W2, W4)") {
+TEST_CASE("membership publishes the next epoch, then tells the hooks; old references stay valid (M2, M4)") {
   Membership m;
   CHECK(m.current().epoch() == 0);
   CHECK(m.current().size() == 0);
@@ -102,7 +102,7 @@ TEST_CASE("membership publishes the next epoch, then tells the hooks; old refere
   m.update([](const World& w) { return w.with_death(2, std::chrono::system_clock::now()); });
   CHECK(seen == std::vector<std::pair<uint64_t, uint64_t>>{{0, 1}, {1, 2}});
   CHECK(current_when_hooked);  // a hook sees the new world already published
-  CHECK(first.alive(2));       // W4: still readable, still as it was
+  CHECK(first.alive(2));       // M4: still readable, still as it was
   CHECK_FALSE(m.current().alive(2));
   // Skipping or repeating an epoch is a bug, refused loudly.
   CHECK_THROWS_AS(m.update([](const World& w) { return World(0, w.epoch(), three()); }), std::logic_error);

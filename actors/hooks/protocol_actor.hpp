@@ -1,0 +1,51 @@
+// Where castor's protocol actors run: one decision for all of them. See
+// Note [Where actors run] below.
+#pragma once
+
+#include <utility>
+
+#include <caf/actor_system.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/io/typed_broker.hpp>
+#include <caf/stateful_actor.hpp>
+
+namespace castor::detail {
+
+// Note [Where actors run]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// castor's protocol actors -- the worker actor, the RRef context, the owner
+// RRefs, the autograd contexts and the graph tasks -- are CAF brokers, which
+// CAF runs on the middleman's multiplexer thread: the thread that reads
+// their messages from the network. A message from a peer is handled there
+// at once, without waking a scheduler thread; on two cores that saves two
+// thread hand-offs per message, a sizeable share of a round trip.
+//  P1 They never block and never run user code: user functions, methods,
+//     constructors, custom backward nodes and hooks go to the executor.
+//  P2 A message sent to one of them from another thread (a caller, an
+//     executor thread, a bulk reader) wakes the multiplexer through its
+//     pipe; that cost is paid once per such message.
+//  P3 They are spawned only through spawn_protocol_actor, so that a change
+//     of transport or scheduling moves every protocol actor at once.
+
+/// The broker type of a typed actor interface: a `Handle` whose
+/// implementation runs where Note [Where actors run] says.
+template <class List>
+struct protocol_broker_of;
+template <class... Sigs>
+struct protocol_broker_of<caf::detail::type_list<Sigs...>> {
+  using type = caf::io::typed_broker<Sigs...>;
+};
+template <class Handle>
+using protocol_broker = typename protocol_broker_of<typename Handle::signatures>::type;
+
+/// `self` of a protocol actor with interface `Handle` and state `State`.
+template <class State, class Handle>
+using protocol_pointer = caf::stateful_actor<State, protocol_broker<Handle>>*;
+
+/// Spawns a protocol actor (P3): `fun(self, xs...)` makes its behavior.
+template <class F, class... Ts>
+auto spawn_protocol_actor(caf::actor_system& sys, F fun, Ts&&... xs) {
+  return sys.middleman().spawn_broker(fun, std::forward<Ts>(xs)...);
+}
+
+}  // namespace castor::detail
