@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <future>
 #include <thread>
 
 #include <ATen/ATen.h>
@@ -31,7 +32,19 @@ std::string error_of(F&& f) {
 }
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// Polls `f` until true or `limit` passes.
+// to_here on another thread: the value's elements ("[1, 1]") or the error.
+std::future<std::string> fetch_async(RRef<at::Tensor> r) {
+  return std::async(std::launch::async, [r] {
+    try {
+      auto t = r.to_here(Timeout{milliseconds(30000)}).contiguous();
+      std::string out;
+      for (int64_t i = 0; i < t.numel(); ++i) out += (i ? ", " : "") + std::to_string(int64_t(t[i].item<double>()));
+      return "[" + out + "]";
+    } catch (const std::exception& e) {
+      return std::string("error: ") + e.what();
+    }
+  });
+}
 
 int64_t owners_on(Worker& w) { return w.rref_debug_info().at("num_owner_rrefs"); }
 }  // namespace
@@ -75,13 +88,50 @@ TEST_CASE("make_rref and local_value: the stored object itself, on the owner onl
   CHECK(at::equal(back, t));
 }
 
-TEST_CASE("a to_here that overtakes the remote call waits for the value") {
+// The owner keeps a to_here that arrives before the value exists (its owner
+// RRef actor waits for the holder to be set) and answers it with the value.
+// The creating call waits at a gate, so the value cannot exist until the test
+// has seen the fetch waiting on the owner (num_pending_futures there).
+TEST_CASE("a to_here that reaches the owner before the value exists waits for it") {
   LocalWorld world(2);
-  auto r = world[0].remote<at::Tensor>("worker1", "slow_value", 300, at::ones({2}));
-  auto start = std::chrono::steady_clock::now();
-  CHECK(at::equal(r.to_here(), at::ones({2})));
-  CHECK(std::chrono::steady_clock::now() - start >= milliseconds(250));
+  auto& gate = test::gate("to_here waits for the value");
+  gate.reset();
+  std::future<std::string> fetched;
+  test::OpenOnExit opener{gate};
+  auto r = world[0].remote<at::Tensor>("worker1", "gated_value", "to_here waits for the value", at::ones({2}));
+  REQUIRE(gate.wait_arrived(1, milliseconds(20000)));  // the creating call runs on worker1, held: no value yet
+  fetched = fetch_async(r);
+  REQUIRE(eventually([&] { return world[1].rref_debug_info().at("num_pending_futures") == 1; }));
+  CHECK(fetched.wait_for(milliseconds(0)) == std::future_status::timeout);  // nobody answered it yet
+  gate.open();
+  REQUIRE(fetched.wait_for(milliseconds(30000)) == std::future_status::ready);
+  CHECK(fetched.get() == "[1, 1]");
   CHECK(world[1].rref_debug_info().at("num_pending_futures") == 0);
+}
+
+// A to_here may even reach the owner before the remote() call that creates
+// its RRef is dispatched there: that call waits on worker1 for its argument,
+// an RRef owned by worker2 whose value is held at a gate, while the fetch
+// (sent after it on the same link) goes straight to the owner's slot.
+TEST_CASE("a to_here that overtakes the remote call creating its RRef waits for the value") {
+  LocalWorld world(3);
+  auto& gate = test::gate("to_here overtakes remote");
+  gate.reset();
+  std::future<std::string> fetched;
+  test::OpenOnExit opener{gate};
+  auto arg = world[0].remote<at::Tensor>("worker2", "gated_value", "to_here overtakes remote", at::full({2}, 5.0));
+  REQUIRE(gate.wait_arrived(1, milliseconds(20000)));
+  // identity takes a tensor: worker1 fetches `arg` from worker2 before it runs the call that creates `r`.
+  auto r = world[0].remote<at::Tensor>("worker1", "identity", arg);
+  REQUIRE(eventually([&] { return world[2].rref_debug_info().at("num_pending_futures") == 1; }));  // worker1's fetch of arg
+  fetched = fetch_async(r);
+  REQUIRE(eventually([&] { return world[1].rref_debug_info().at("num_pending_futures") == 1; }));  // ours, on r's owner
+  CHECK(fetched.wait_for(milliseconds(0)) == std::future_status::timeout);
+  gate.open();
+  REQUIRE(fetched.wait_for(milliseconds(30000)) == std::future_status::ready);
+  CHECK(fetched.get() == "[5, 5]");
+  CHECK(world[1].rref_debug_info().at("num_pending_futures") == 0);
+  CHECK(world[2].rref_debug_info().at("num_pending_futures") == 0);
 }
 
 TEST_CASE("an RRef whose creating call failed gives that error on to_here") {
@@ -133,13 +183,18 @@ TEST_CASE("remote objects: constructed on the owner, methods run there one at a 
 
 TEST_CASE("a method blocked in a nested call does not stall the owner's other objects") {
   LocalWorld world(3);
+  auto& gate = test::gate("a blocked method");
+  gate.reset();
+  test::OpenOnExit opener{gate};
   auto busy = world[0].remote<Counter>("worker1", "Counter", 0);
   auto free = world[0].remote<Counter>("worker1", "Counter", 7);
-  auto blocked = busy.rpc_async<int64_t>("wait_for", "worker2", 1500);
-  auto start = std::chrono::steady_clock::now();
-  CHECK(free.rpc_sync<int64_t>("add", 1) == 8);
-  CHECK(std::chrono::steady_clock::now() - start < milliseconds(1000));
-  CHECK(blocked.wait(milliseconds(20000)) == 1500);
+  auto blocked = busy.rpc_async<int64_t>("wait_at", "worker2", "a blocked method");
+  REQUIRE(gate.wait_arrived(1, milliseconds(20000)));  // busy's method now waits in its nested call
+  // Answered while it still waits (the gate gives up only after 30 s).
+  CHECK(free.rpc_sync<int64_t>("add", 1, Timeout{milliseconds(20000)}) == 8);
+  CHECK_FALSE(blocked.is_done());
+  gate.open();
+  CHECK(blocked.wait(milliseconds(20000)) == 1);
 }
 
 TEST_CASE("argument conversion: T->T, T->RRef<T>, RRef<T>->T, RRef<T>->RRef<T>") {

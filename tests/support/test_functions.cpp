@@ -2,6 +2,8 @@
 // the test executables and in castor_test_worker, so init_rpc's check agrees).
 #include <atomic>
 #include <chrono>
+#include <map>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 
@@ -12,7 +14,45 @@
 
 namespace castor::test {
 std::atomic<int64_t> finished_slow_calls{0};
+
+void Gate::open() {
+  std::lock_guard<std::mutex> lock(mtx_);
+  open_ = true;
+  cv_.notify_all();
 }
+
+void Gate::reset() {
+  std::lock_guard<std::mutex> lock(mtx_);
+  open_ = false;
+  arrived_ = 0;
+}
+
+bool Gate::pass(std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mtx_);
+  ++arrived_;
+  cv_.notify_all();
+  return cv_.wait_for(lock, limit, [&] { return open_; });
+}
+
+bool Gate::wait_arrived(int n, std::chrono::milliseconds limit) {
+  std::unique_lock<std::mutex> lock(mtx_);
+  return cv_.wait_for(lock, limit, [&] { return arrived_ >= n; });
+}
+
+int Gate::arrived() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return arrived_;
+}
+
+Gate& gate(const std::string& name) {
+  static std::mutex mtx;
+  static std::map<std::string, std::unique_ptr<Gate>> gates;  // never freed: held calls may outlive a test
+  std::lock_guard<std::mutex> lock(mtx);
+  auto& g = gates[name];
+  if (!g) g = std::make_unique<Gate>();
+  return *g;
+}
+}  // namespace castor::test
 
 using castor::Future;
 using castor::Promise;
@@ -148,8 +188,11 @@ CASTOR_FUNCTION(share_held, [](std::string key, std::string to, std::string new_
   return current_worker().rpc_sync<bool>(to, "hold", new_key, r);
 });
 CASTOR_FUNCTION(rref_debug, [] { return current_worker().rref_debug_info().at("num_owner_rrefs"); });
-CASTOR_FUNCTION(slow_value, [](int64_t ms, at::Tensor t) {
-  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+// Returns `t` once the test opens gate `name` (test::gate): the value of an
+// RRef it creates does not exist until then. Fails after 30 s closed.
+CASTOR_FUNCTION(gated_value, [](std::string name, at::Tensor t) {
+  if (!castor::test::gate(name).pass(std::chrono::seconds(30)))
+    throw std::runtime_error("gate '" + name + "' was not opened within 30 s");
   return t;
 });
 
@@ -159,7 +202,7 @@ CASTOR_CLASS(Counter)
     .method("get", &Counter::get)
     .method("slow_add", &Counter::slow_add)
     .method("overlapped", &Counter::overlapped)
-    .method("wait_for", &Counter::wait_for)
+    .method("wait_at", &Counter::wait_at)
     .method("later", &Counter::later)
     .method("as_tensor", &Counter::as_tensor);
 

@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -15,7 +17,41 @@
 namespace castor::test {
 extern std::atomic<int64_t> finished_slow_calls;
 extern std::atomic<int> counter_overlap;
-}
+
+/// A gate that registered functions wait at (gated_value) until the test
+/// opens it: the test holds a call at a point it chooses, observes what it
+/// wants while the call is held, then lets it go, with no sleep deciding the
+/// order. Process-wide, one per name; every wait is bounded.
+class Gate {
+ public:
+  /// Lets every waiting and later caller through.
+  void open();
+  /// Closed again, nobody arrived (for a test that reuses a name).
+  void reset();
+  /// Called by the held code: counts its arrival, then waits until open()
+  /// (true) or until `limit` has passed (false).
+  bool pass(std::chrono::milliseconds limit);
+  /// Waits until `n` callers have arrived at pass(), at most `limit`.
+  bool wait_arrived(int n, std::chrono::milliseconds limit);
+  int arrived() const;
+
+ private:
+  mutable std::mutex mtx_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int arrived_ = 0;
+};
+
+/// The gate called `name` (made on first use).
+Gate& gate(const std::string& name);
+
+/// Opens a gate when it goes out of scope: a test that fails while a call
+/// waits at the gate does not leave it waiting out its limit.
+struct OpenOnExit {
+  Gate& g;
+  ~OpenOnExit() { g.open(); }
+};
+}  // namespace castor::test
 
 // A remote object: calls run one at a time unless the class says otherwise.
 class Counter {
@@ -30,9 +66,10 @@ class Counter {
     return value_ += x;
   }
   bool overlapped() const { return overlapped_; }
-  // Blocks in a nested call: only this object waits.
-  int64_t wait_for(std::string worker, int64_t ms) {
-    return castor::current_worker().rpc_sync<int64_t>(worker, "sleep_ms", ms);
+  // Blocks in a nested call to `worker` that waits at gate `gate`
+  // (castor::test::gate) until the test opens it: only this object waits.
+  int64_t wait_at(std::string worker, std::string gate) {
+    return castor::current_worker().rpc_sync<at::Tensor>(worker, "gated_value", gate, at::ones({1})).numel();
   }
   castor::Future<int64_t> later(int64_t ms) {
     castor::Promise<int64_t> p;
