@@ -3,10 +3,13 @@
 #include <doctest/doctest.h>
 
 #include <future>
-#include <thread>
 
 #include <ATen/ATen.h>
 
+#include <caf/logger.hpp>
+#include <caf/scoped_actor.hpp>
+
+#include "actors/runtime/runtime.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -31,13 +34,10 @@ std::vector<WorkerOptions> masterless_options(int n) {
   return out;
 }
 
-// Starts rank `last` after the others, then waits (bounded) for every init.
-std::vector<std::future<Worker>> start(const std::vector<WorkerOptions>& opts, size_t last) {
-  std::vector<std::future<Worker>> out(opts.size());
-  for (size_t r = 0; r < opts.size(); ++r)
-    if (r != last) out[r] = std::async(std::launch::async, [o = opts[r]] { return init_rpc(o); });
-  std::this_thread::sleep_for(milliseconds(500));
-  out[last] = std::async(std::launch::async, [o = opts[last]] { return init_rpc(o); });
+// Starts every rank at once, then waits (bounded) for every init.
+std::vector<std::future<Worker>> start_all(const std::vector<WorkerOptions>& opts) {
+  std::vector<std::future<Worker>> out;
+  for (const auto& o : opts) out.push_back(std::async(std::launch::async, [o] { return init_rpc(o); }));
   for (auto& f : out)
     if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
       std::fprintf(stderr, "TEST HANG: a masterless init did not return within 60 s\n");
@@ -46,10 +46,50 @@ std::vector<std::future<Worker>> start(const std::vector<WorkerOptions>& opts, s
   return out;
 }
 
+// Starts rank 0 only once every other rank is trying to reach it: the
+// others dial rank 0 first (J1: the higher rank connects), and until it
+// listens they must retry, not fail.
+std::vector<std::future<Worker>> start_rank0_last(const std::vector<WorkerOptions>& opts) {
+  std::vector<std::future<Worker>> out(opts.size());
+  for (size_t r = 1; r < opts.size(); ++r) out[r] = std::async(std::launch::async, [o = opts[r]] { return init_rpc(o); });
+  if (!await_dialers(opts[0].port, opts.size() - 1, milliseconds(30000))) {
+    std::fprintf(stderr, "TEST HANG: ranks 1..%zu did not all dial rank 0 within 30 s\n", opts.size() - 1);
+    std::_Exit(3);
+  }
+  out[0] = std::async(std::launch::async, [o = opts[0]] { return init_rpc(o); });
+  for (auto& f : out)
+    if (f.wait_for(std::chrono::seconds(60)) != std::future_status::ready) {
+      std::fprintf(stderr, "TEST HANG: a masterless init did not return within 60 s\n");
+      std::_Exit(3);
+    }
+  return out;
+}
+
+// Asks worker `to`'s actor, over `w`'s link to it, for its join record (a
+// worker answers that also while its own init is still joining). Messages
+// from one worker to another arrive in the order they were sent, so an
+// answer means that everything `w` sent to `to` before has reached it.
+std::string join_probe(Worker& w, WorkerId to) {
+  auto& rt = w.runtime();
+  std::string answer = "no answer";
+  {
+    caf::scoped_actor self{*rt.system};
+    self->request(rt.peer_handles[size_t(to)], std::chrono::seconds(20), join_atom::value,
+                  castor::detail::make_join_request(rt))
+        .receive(
+            [&](JoinReply& r) { answer = r.ok && r.workers.size() == 1 ? r.workers[0].name : "refused: " + r.error; },
+            [&](caf::error& e) { answer = "error: " + rt.system->render(e); });
+  }
+  // The scoped actor left this thread holding the system's logger, which the
+  // system's destructor waits for: w.shutdown() on this thread would hang.
+  caf::logger::set_current_actor_system(nullptr);
+  return answer;
+}
+
 }  // namespace
 
 TEST_CASE("a masterless world, rank 0 starting last, runs calls and RRefs and shuts down") {
-  auto futures = start(masterless_options(3), 0);
+  auto futures = start_rank0_last(masterless_options(3));
   std::vector<Worker> w;
   for (auto& f : futures) w.push_back(f.get());
   CHECK(w[1].rpc_sync<int64_t>("worker2", "add_ints", 40, 2) == 42);
@@ -66,24 +106,30 @@ TEST_CASE("a masterless world, rank 0 starting last, runs calls and RRefs and sh
   for (auto& x : w) CHECK(x.rref_debug_info().at("num_owner_rrefs") == 0);
 }
 
-// J3 of Note [Masterless join]: rank 1 starts last, so rank 0's init returns
-// while rank 1 still waits for rank 2 (which backs off between connection
-// attempts to the port that was closed until then). rank 0 calls at once; the
-// call's nested call to worker2 must wait for worker1's init, not fail with
-// "worker worker1 is shut down".
+// J3 of Note [Masterless join]: rank 2 reaches rank 1 only through a relay
+// that the test opens late, so rank 0's init returns (ranks 1 and 2 both
+// connected to it) while rank 1 still waits for rank 2. rank 0 then calls
+// worker1, and the test makes sure the call has reached worker1 before it
+// lets rank 2 through. The call's nested call to worker2 must wait for
+// worker1's init, not fail with "worker worker1 is shut down".
 TEST_CASE("a call that reaches a worker before its masterless init returns waits for it") {
   auto opts = masterless_options(3);
-  std::vector<std::future<Worker>> f(3);
-  f[0] = std::async(std::launch::async, [o = opts[0]] { return init_rpc(o); });
-  f[2] = std::async(std::launch::async, [o = opts[2]] { return init_rpc(o); });
-  std::this_thread::sleep_for(milliseconds(800));
-  f[1] = std::async(std::launch::async, [o = opts[1]] { return init_rpc(o); });
+  for (auto& o : opts) o.init_timeout = std::chrono::seconds(60);
+  GatedRelay to_worker1(opts[1].port);
+  opts[2].cluster[1].port = to_worker1.port();  // worker2's only way to worker1
+  std::vector<std::future<Worker>> f;
+  for (const auto& o : opts) f.push_back(std::async(std::launch::async, [o] { return init_rpc(o); }));
   REQUIRE(f[0].wait_for(std::chrono::seconds(60)) == std::future_status::ready);
   auto w0 = f[0].get();
+  auto call = w0.rpc_async<at::Tensor>("worker1", "chain", std::vector<std::string>{"worker2", "worker0"}, at::zeros({2}));
+  CHECK(join_probe(w0, 1) == "worker1");  // the call has reached worker1...
+  CHECK(f[1].wait_for(milliseconds(0)) == std::future_status::timeout);  // ...whose init waits for worker2
+  CHECK_FALSE(call.is_done());  // held there (J3): it cannot have run, nor failed
+  to_worker1.open();
   at::Tensor y;
   std::string error;
   try {
-    y = w0.rpc_sync<at::Tensor>("worker1", "chain", std::vector<std::string>{"worker2", "worker0"}, at::zeros({2}));
+    y = call.wait(milliseconds(60000));
   } catch (const RpcError& e) {
     error = e.what();  // checked after every worker is up and shut down again
   }
@@ -108,7 +154,7 @@ TEST_CASE("a masterless init refuses an incompatible peer, naming it") {
   auto opts = masterless_options(2);
   for (auto& o : opts) o.init_timeout = std::chrono::seconds(5);
   opts[1].autograd_mode = AutogradMode::fast;
-  auto futures = start(opts, 1);
+  auto futures = start_all(opts);
   std::vector<std::string> errors;
   for (auto& f : futures) {
     try {
@@ -133,7 +179,7 @@ TEST_CASE("a masterless init names the worker at an address that is not the one 
   std::swap(opts[0].cluster[1].name, opts[0].cluster[0].name);  // worker0 thinks rank 1 is "worker0"
   opts[0].cluster[0].name = "worker0";
   opts[0].cluster[1].name = "trainer";
-  auto futures = start(opts, 1);
+  auto futures = start_all(opts);
   try {
     futures[0].get();
     FAIL("worker0 joined a peer that is not the one its cluster lists");

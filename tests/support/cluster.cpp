@@ -3,12 +3,15 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <stdexcept>
 #include <thread>
 
 extern char** environ;
@@ -126,6 +129,141 @@ ChildWorker::~ChildWorker() {
       wait_exit(std::chrono::seconds(5));
     }
   }
+}
+
+namespace {
+
+int loopback_listener(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+uint16_t local_port(int fd) {
+  sockaddr_in addr{};
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return ntohs(addr.sin_port);
+}
+
+// Waits up to `ms` for a connection on `listener`; -1 if none came.
+int accept_within(int listener, int ms) {
+  pollfd p{listener, POLLIN, 0};
+  if (::poll(&p, 1, ms) <= 0) return -1;
+  return ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+}
+
+bool write_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    auto w = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    data += w;
+    n -= size_t(w);
+  }
+  return true;
+}
+
+}  // namespace
+
+GatedRelay::GatedRelay(uint16_t target) : target_(target) {
+  listener_ = loopback_listener(0);
+  if (listener_ < 0) throw std::runtime_error("GatedRelay: cannot listen on a loopback port");
+  port_ = local_port(listener_);
+}
+
+void GatedRelay::open() {
+  std::lock_guard<std::mutex> lock(mtx_);
+  threads_.emplace_back([this] { accept_loop(); });
+}
+
+void GatedRelay::accept_loop() {
+  while (!stop_) {
+    int client = accept_within(listener_, 100);
+    if (client < 0) continue;
+    int upstream = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(target_);
+    if (upstream < 0 || ::connect(upstream, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      if (upstream >= 0) ::close(upstream);
+      ::close(client);  // the dialer sees a closed connection and retries
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(mtx_);
+    threads_.emplace_back([this, client, upstream] { pump(client, upstream); });
+  }
+}
+
+// Copies bytes both ways; a side that ends its sending ends ours to the
+// other; done when both have, or on an error, or when the relay stops.
+void GatedRelay::pump(int a, int b) {
+  bool a_open = true, b_open = true;  // a -> b and b -> a still carry data
+  char buf[64 * 1024];
+  while (!stop_ && (a_open || b_open)) {
+    pollfd ps[2] = {{a, short(a_open ? POLLIN : 0), 0}, {b, short(b_open ? POLLIN : 0), 0}};
+    if (::poll(ps, 2, 100) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    bool failed = false;
+    for (int i = 0; i < 2 && !failed; ++i) {
+      if (!(ps[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      int from = i == 0 ? a : b, to = i == 0 ? b : a;
+      auto n = ::recv(from, buf, sizeof(buf), 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        failed = true;
+      } else if (n == 0) {
+        ::shutdown(to, SHUT_WR);
+        (i == 0 ? a_open : b_open) = false;
+      } else if (!write_all(to, buf, size_t(n))) {
+        failed = true;
+      }
+    }
+    if (failed) break;
+  }
+  ::close(a);
+  ::close(b);
+}
+
+GatedRelay::~GatedRelay() {
+  stop_ = true;
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    threads = std::move(threads_);
+  }
+  for (auto& t : threads) t.join();  // the accept loop first: it adds no pump after stop_
+  std::lock_guard<std::mutex> lock(mtx_);
+  for (auto& t : threads_) t.join();
+  ::close(listener_);
+}
+
+bool await_dialers(uint16_t port, size_t n, std::chrono::milliseconds limit) {
+  int listener = loopback_listener(port);
+  if (listener < 0) return false;
+  std::vector<int> open;
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (open.size() < n && std::chrono::steady_clock::now() < deadline) {
+    int c = accept_within(listener, 100);
+    if (c >= 0) open.push_back(c);
+  }
+  bool all = open.size() >= n;
+  for (int c : open) ::close(c);
+  ::close(listener);
+  return all;
 }
 
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {

@@ -3,11 +3,14 @@
 // processes; bounded waits everywhere.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "actors/api/worker.hpp"
@@ -67,6 +70,40 @@ class ChildWorker {
  private:
   int pid_ = -1;
 };
+
+/// A TCP relay on a free loopback port to 127.0.0.1:`target`. Until open(),
+/// connections to it wait unanswered in its listen backlog (a worker that
+/// dials it waits for the door's greeting); from open() on, each is relayed
+/// to the target both ways until either side closes. A test gives a worker
+/// this port for a peer to hold back that one link until it has seen the
+/// event it wants first.
+class GatedRelay {
+ public:
+  explicit GatedRelay(uint16_t target);
+  ~GatedRelay();
+  GatedRelay(const GatedRelay&) = delete;
+  GatedRelay& operator=(const GatedRelay&) = delete;
+  uint16_t port() const { return port_; }
+  void open();
+
+ private:
+  void accept_loop();
+  void pump(int a, int b);
+  uint16_t target_;
+  uint16_t port_ = 0;
+  int listener_ = -1;
+  std::atomic<bool> stop_{false};
+  std::mutex mtx_;
+  std::vector<std::thread> threads_;
+};
+
+/// Stands in for a worker that has not started, on 127.0.0.1:`port`: accepts
+/// connections and keeps them open until `n` are open at once, then closes
+/// them and stops listening. A worker's dial waits for a greeting on its open
+/// connection and makes no other meanwhile, so `n` open connections are `n`
+/// different workers trying to reach this port (they retry once closed).
+/// False if fewer came within `limit`.
+bool await_dialers(uint16_t port, size_t n, std::chrono::milliseconds limit);
 
 /// Polls `cond` every 5 ms until it holds or `limit` has passed; returns its
 /// last value (every wait in a test is bounded).
