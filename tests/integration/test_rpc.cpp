@@ -310,19 +310,42 @@ TEST_CASE("init_rpc refuses duplicates and names the ranks that never joined") {
     CHECK(contains(rank_taken, "init_rpc(impostor): worker 'impostor' (rank 1): rank 1 is already taken by worker 'worker1'"));
   }
 
-  auto port2 = test::free_port();
-  auto a = test::local_options(0, 3, port2);
-  auto b = test::local_options(1, 3, port2);
-  // Long enough for rank 1 to join rank 0 on a loaded machine (at 800 ms a
-  // fresh-clone run once saw rank 0 give up on both ranks).
-  a.init_timeout = b.init_timeout = milliseconds(3000);
-  auto fa = std::async(std::launch::async, [&] { return error_of<TimeoutError>([&] { init_rpc(a); }); });
-  auto fb = std::async(std::launch::async, [&] { return error_of<TimeoutError>([&] { init_rpc(b); }); });
-  auto ea = bounded(milliseconds(20000), "init timeout", [&] { return fa.get(); });
-  auto eb = bounded(milliseconds(20000), "init timeout", [&] { return fb.get(); });
-  INFO("rank 0: " << ea << "\nrank 1: " << eb);
-  CHECK(contains(ea, "waiting for ranks 2 to join (world_size 3)"));
-  CHECK(contains(eb, "waiting for ranks 2 to join"));
+  // Rank 0 alone: nobody else ever comes, it names both other ranks.
+  {
+    auto alone = test::local_options(0, 3, test::free_port());
+    alone.init_timeout = milliseconds(1000);
+    auto e0 = bounded(milliseconds(20000), "init timeout", [&] { return error_of<TimeoutError>([&] { init_rpc(alone); }); });
+    CHECK(contains(e0, "timed out waiting for ranks 1, 2 to join (world_size 3)"));
+  }
+
+  // Rank 1 gives up while rank 0 (the rendezvous) waits on: ranks 0 and 1
+  // have joined by then, so it names rank 2 only. rank 0 waits 60 s, far
+  // longer than rank 1's 3 s; it is seen to answer joins (an incompatible
+  // joiner is refused at once) before rank 1 starts, so rank 1's wait is all
+  // spent joined, not dialing. No clock decides whom the message names.
+  auto port = test::free_port();
+  auto o0 = test::local_options(0, 3, port);
+  o0.init_timeout = std::chrono::seconds(60);
+  auto f0 = std::async(std::launch::async, [o0] { return init_rpc(o0); });
+  auto stranger = test::local_options(3, 4, port);
+  auto refused = bounded(milliseconds(40000), "a refused join", [&] { return error_of<LookupError>([&] { init_rpc(stranger); }); });
+  REQUIRE(contains(refused, "worker 'worker3' (rank 3) expects world_size 4, rank 0 expects 3"));
+  auto o1 = test::local_options(1, 3, port);
+  o1.init_timeout = milliseconds(3000);
+  auto e1 = bounded(milliseconds(20000), "init timeout", [&] { return error_of<TimeoutError>([&] { init_rpc(o1); }); });
+  CHECK(contains(e1, "timed out waiting for ranks 2 to join (world_size 3)"));
+  // Rank 1's slot is free again: a new rank 1 and a rank 2 complete the world.
+  auto f1 = std::async(std::launch::async, [port] { return init_rpc(test::local_options(1, 3, port)); });
+  auto f2 = std::async(std::launch::async, [port] { return init_rpc(test::local_options(2, 3, port)); });
+  for (auto* f : {&f1, &f2, &f0}) REQUIRE(f->wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  std::vector<Worker> world;
+  world.push_back(f1.get());  // a rank 1 refused ("already taken") throws here, naming why
+  world.push_back(f2.get());
+  world.push_back(f0.get());
+  CHECK(world[2].rpc_sync<std::string>("worker2", "whoami") == "worker2");
+  std::vector<std::future<void>> downs;
+  for (auto& w : world) downs.push_back(std::async(std::launch::async, [&w] { w.shutdown(); }));
+  for (auto& d : downs) REQUIRE(d.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
 }
 
 TEST_CASE("options come from MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE when unset") {
