@@ -18,9 +18,10 @@
 #
 # Usage: netns_test.sh CASTOR_BINARY [WORK_DIR]
 # CASTOR_NETNS_SCENARIOS=CD runs only some scenarios (default ABCD).
-# Needs root and `ip netns` (iproute2); otherwise exits 77, which CTest
-# reports as skipped. Every wait is bounded; the namespaces, and every
-# process started in them, are removed on exit, however it exits.
+# Needs root and network namespaces it can make and enter (iproute2; probed
+# first); otherwise exits 77, which CTest reports as skipped. Every wait is
+# bounded; the namespaces, and every process started in them, are removed on
+# exit, however it exits.
 # checkx evaluates its condition itself, so its variables stay in single quotes:
 # shellcheck disable=SC2016,SC2034
 set -euo pipefail
@@ -90,6 +91,32 @@ for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$prefix-" || t
   owner=${owner%%-*}
   alive "$owner" || ip netns del "$ns" 2>/dev/null || true
 done
+
+# Root and `ip` are not enough: a container without CAP_SYS_ADMIN cannot make
+# a namespace, and in a chroot `ip netns exec` fails ("mount --make-rslave /"
+# failed: Invalid argument) because / is not a mount point there. So make a
+# throwaway namespace and do in it what the test does below (enter it, bring
+# a link up, make a bridge and a veth pair); skip, naming the step and its
+# output, when any of that fails.
+probe_netns() {
+  local probe="castor-probe-$$" out step
+  for step in "ip netns add $probe" \
+              "ip netns exec $probe ip link set lo up" \
+              "ip -n $probe link add castor-pbr type bridge" \
+              "ip -n $probe link add castor-pa type veth peer name castor-pb"; do
+    # shellcheck disable=SC2086  # each step is a command line, split on purpose
+    if ! out=$(timeout 20 $step 2>&1); then
+      ip netns del "$probe" >/dev/null 2>&1 || true
+      echo "'$step' failed: ${out:-no output}"
+      return 1
+    fi
+  done
+  if ! out=$(ip netns del "$probe" 2>&1); then
+    echo "'ip netns del $probe' failed: ${out:-no output}"
+    return 1
+  fi
+}
+if ! why=$(probe_netns); then skip "cannot make a usable network namespace here: $why"; fi
 
 ip netns add "$sw" 2>/dev/null || skip "cannot create network namespaces here (ip netns add failed)"
 
