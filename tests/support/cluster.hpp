@@ -17,7 +17,8 @@
 
 namespace castor::test {
 
-/// A free TCP port on 127.0.0.1 (asks the OS; never a fixed port).
+/// A free TCP port on 127.0.0.1, random, below the kernel's ephemeral range
+/// (never a fixed port; see cluster.cpp for why not the OS's own pick).
 uint16_t free_port();
 
 /// Options for rank `rank` of a loopback world.
