@@ -9,7 +9,7 @@
 #include <caf/logger.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/testing.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -70,11 +70,13 @@ std::vector<std::future<Worker>> start_rank0_last(const std::vector<WorkerOption
 // from one worker to another arrive in the order they were sent, so an
 // answer means that everything `w` sent to `to` before has reached it.
 std::string join_probe(Worker& w, WorkerId to) {
-  auto& rt = w.runtime();
+  auto& rt = castor::testing::runtime(w);
+  auto peer = rt.world().peer(to);
+  if (!peer) return "no link to rank " + std::to_string(to);
   std::string answer = "no answer";
   {
     caf::scoped_actor self{*rt.system};
-    self->request(rt.peer_handles[size_t(to)], std::chrono::seconds(20), join_atom::value,
+    self->request(*peer, std::chrono::seconds(20), join_atom::value,
                   castor::detail::make_join_request(rt))
         .receive(
             [&](JoinReply& r) { answer = r.ok && r.workers.size() == 1 ? r.workers[0].name : "refused: " + r.error; },

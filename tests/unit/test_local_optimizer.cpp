@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "actors/api/worker_access.hpp"
 #include "engine/context.hpp"
 #include "optimizer/local_optimizer.hpp"
 #include "support/cluster.hpp"
@@ -54,7 +55,7 @@ torch::Tensor loss_of(const torch::Tensor& x, const torch::Tensor& w, const torc
 void context_step(Worker& w, int64_t id, const std::function<torch::Tensor()>& loss) {
   autograd::Context ctx(w);
   ctx.backward({loss()});
-  CHECK(castor::detail::step_local_optimizer(w.runtime(), id, ctx.id()).wait(milliseconds(20000)));
+  CHECK(castor::detail::step_local_optimizer(castor::detail::services(w), id, ctx.id()).wait(milliseconds(20000)));
 }
 
 }  // namespace
@@ -75,7 +76,7 @@ TEST_CASE("a local optimizer steps like libtorch's with the same options, for ev
     torch::manual_seed(3);
     auto wt = leaf(torch::randn({3, 2})), bias = leaf(torch::randn({2}));
     auto ref_w = leaf(wt), ref_b = leaf(bias), start = wt.detach().clone();
-    auto id = castor::detail::create_local_optimizer(w.runtime(), spec, {wt, bias}).wait(milliseconds(20000));
+    auto id = castor::detail::create_local_optimizer(castor::detail::services(w), spec, {wt, bias}).wait(milliseconds(20000));
     auto ref = libtorch_optimizer(spec, {ref_w, ref_b});
     for (int k = 0; k < 4; ++k) {  // several steps: momentum and running averages matter
       auto x = torch::randn({5, 3});
@@ -99,7 +100,7 @@ TEST_CASE("a step uses the context's gradients; .grad is neither used nor change
   auto p = leaf(torch::tensor({1.0, -2.0, 3.0}));
   auto stale = torch::full({3}, 1000.0);
   p.mutable_grad() = stale.clone();
-  auto id = castor::detail::create_local_optimizer(w.runtime(), optim::SGD{0.1}, {p}).wait(milliseconds(20000));
+  auto id = castor::detail::create_local_optimizer(castor::detail::services(w), optim::SGD{0.1}, {p}).wait(milliseconds(20000));
   context_step(w, id, [&] { return (p * p).sum(); });  // gradient 2p
   CHECK(torch::allclose(p, torch::tensor({0.8, -1.6, 2.4})));  // p - 0.1 * 2p
   REQUIRE(p.grad().defined());
@@ -113,14 +114,14 @@ TEST_CASE("a step uses the context's gradients; .grad is neither used nor change
 TEST_CASE("a parameter without a gradient in the context stays as it is, weight decay included") {
   auto w = one_worker();
   auto used = leaf(torch::ones({2})), unused = leaf(torch::full({2}, 5.0));
-  auto id = castor::detail::create_local_optimizer(w.runtime(), optim::SGD{0.1, 0.0, 0.0, 0.5}, {used, unused})
+  auto id = castor::detail::create_local_optimizer(castor::detail::services(w), optim::SGD{0.1, 0.0, 0.0, 0.5}, {used, unused})
                 .wait(milliseconds(20000));
   context_step(w, id, [&] { return used.sum(); });
   CHECK(torch::allclose(used, torch::full({2}, 1.0 - 0.1 * (1.0 + 0.5))));
   CHECK(torch::equal(unused, torch::full({2}, 5.0)));
   CHECK_FALSE(unused.grad().defined());
   // A context this worker never took part in has no gradients here at all.
-  CHECK(castor::detail::step_local_optimizer(w.runtime(), id, 0x7fff0000ffffLL).wait(milliseconds(20000)));
+  CHECK(castor::detail::step_local_optimizer(castor::detail::services(w), id, 0x7fff0000ffffLL).wait(milliseconds(20000)));
   CHECK(torch::allclose(used, torch::full({2}, 0.85)));
   CHECK(torch::equal(unused, torch::full({2}, 5.0)));
   w.shutdown();
@@ -129,10 +130,10 @@ TEST_CASE("a parameter without a gradient in the context stays as it is, weight 
 TEST_CASE("optimizers get their own ids; an unknown id is an error naming the worker and the id") {
   auto w = one_worker();
   auto p = leaf(torch::ones({1}));
-  auto a = castor::detail::create_local_optimizer(w.runtime(), optim::SGD{0.1}, {p}).wait(milliseconds(20000));
-  auto b = castor::detail::create_local_optimizer(w.runtime(), optim::Adam{}, {p}).wait(milliseconds(20000));
+  auto a = castor::detail::create_local_optimizer(castor::detail::services(w), optim::SGD{0.1}, {p}).wait(milliseconds(20000));
+  auto b = castor::detail::create_local_optimizer(castor::detail::services(w), optim::Adam{}, {p}).wait(milliseconds(20000));
   CHECK(a != b);
-  auto f = castor::detail::step_local_optimizer(w.runtime(), a + b + 100, 1);
+  auto f = castor::detail::step_local_optimizer(castor::detail::services(w), a + b + 100, 1);
   auto expected = "worker worker0 has no optimizer " + std::to_string(a + b + 100);
   CHECK_THROWS_WITH_AS(f.wait(milliseconds(20000)), doctest::Contains(expected.c_str()), LookupError);
   w.shutdown();
@@ -143,7 +144,7 @@ TEST_CASE("optimizers get their own ids; an unknown id is an error naming the wo
 TEST_CASE("an optimizer libtorch refuses to build fails the creating Future with libtorch's reason") {
   auto w = one_worker();
   auto p = leaf(torch::ones({1}));
-  auto f = castor::detail::create_local_optimizer(w.runtime(), optim::SGD{0.1, 0.0, 0.0, 0.0, true}, {p});
+  auto f = castor::detail::create_local_optimizer(castor::detail::services(w), optim::SGD{0.1, 0.0, 0.0, 0.0, true}, {p});
   CHECK_THROWS_WITH_AS(f.wait(milliseconds(20000)), doctest::Contains("Nesterov momentum requires a momentum"), RpcError);
   w.shutdown();
 }
