@@ -1,6 +1,8 @@
 // castor-bench support implementation.
 #include "bench_util.hpp"
 
+#include "actors/transport/sockets.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -22,17 +24,7 @@ extern char** environ;
 namespace castor::bench {
 namespace {
 
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+uint16_t free_port() { return castor::detail::net::free_local_port(); }
 
 WorkerOptions bench_options(int rank, int world, uint16_t port) {
   WorkerOptions o;

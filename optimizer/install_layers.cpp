@@ -4,7 +4,7 @@
 #include "engine/autograd_runtime.hpp"
 #include "optimizer/local_optimizer.hpp"
 #include "rref/class_registry.hpp"
-#include "rref/rref_context.hpp"
+#include "rref/rref_runtime.hpp"
 
 namespace castor::detail {
 

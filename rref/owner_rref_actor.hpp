@@ -1,12 +1,12 @@
 // OwnerRRef actor: one per value owned by this worker. Holds the value (or
-// the pending slot until the creating call finishes), counts the forks that
-// other workers hold and the local handles, answers to_here, runs method
-// calls one at a time (its mailbox is the object's lock), and ends itself
-// when nothing refers to the value any more. See Note [RRef protocol].
+// the pending slot until the creating call finishes), applies the fork
+// accounting events of Note [RRef protocol] to its OwnerForks (which decides
+// when the value may end), answers to_here, runs method calls one at a time
+// (its mailbox is the object's lock, Note [Remote objects]), and ends itself
+// when nothing refers to the value any more.
 #pragma once
 
-#include <atomic>
-#include <chrono>
+#include <functional>
 #include <memory>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -19,6 +19,8 @@
 #include "messages/atoms.hpp"
 #include "messages/call.hpp"
 #include "rref/holder.hpp"
+#include "rref/protocol/owner_forks.hpp"
+#include "rref/rref_counters.hpp"
 
 namespace castor::detail {
 
@@ -34,25 +36,15 @@ struct OwnerCall {
 }  // namespace castor::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::OwnerCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::OwnerEvent)
 
 namespace castor::detail {
 
-/// What inspection sees of one owner (castor inspect); the owner actor keeps
-/// `forks` equal to its number of live forks.
-struct OwnerStats {
-  std::atomic<int64_t> forks{0};
-  const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
-};
-
 using owner_rref_actor = caf::typed_actor<
-    caf::reacts_to<add_fork_atom, ForkId, WorkerId>,  // a fork exists (holder worker)
-    caf::reacts_to<del_fork_atom, ForkId>,            // a fork is gone
-    caf::reacts_to<local_ref_atom, int32_t>,          // owner-side handles here: +1 / -1
-    caf::reacts_to<created_atom>,                     // the creating operation is known
-    caf::reacts_to<OwnerCall>,                        // to_here or a method call
-    caf::reacts_to<released_atom>,                    // a method returned: the object is free
-    caf::reacts_to<ready_atom>,                       // the value was set: queued calls may run
-    caf::reacts_to<peer_down_atom, WorkerId>>;        // forks held by a dead worker are gone
+    caf::reacts_to<OwnerEvent>,      // fork accounting, from the RRef context (Note [RRef protocol])
+    caf::reacts_to<OwnerCall>,       // to_here or a method call
+    caf::reacts_to<released_atom>,   // a method returned: the object is free
+    caf::reacts_to<ready_atom>>;     // the value was set: queued calls may run
 
 /// Spawns the owner of `id`; `on_gone` runs (on the owner's thread) when it ends.
 owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,

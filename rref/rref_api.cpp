@@ -10,7 +10,7 @@
 #include "actors/hooks/worker_services.hpp"
 #include "actors/api/worker.hpp"
 #include "actors/api/worker_access.hpp"
-#include "rref/rref_context.hpp"
+#include "rref/rref_runtime.hpp"
 
 namespace castor::detail {
 namespace {

@@ -1,23 +1,34 @@
 // Counters of one worker's RRef state, for rref_debug_info(), inspection and
-// termination detection. Updated by the RRef actors, read from anywhere.
+// termination detection. Read from anywhere. The gauges are changed only by
+// the protocol class that keeps the table they count (see TableGauge); the
+// plain atomics by the code named beside each.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+
+#include "rref/protocol/table_gauge.hpp"
 
 namespace castor::detail {
 
 class WorkerServices;
 
 struct RRefCounters {
-  std::atomic<int64_t> owners{0};            // OwnerRRef actors alive here
-  std::atomic<int64_t> forks{0};             // forks counted by those owners
-  std::atomic<int64_t> pending_fetches{0};   // to_here requests waiting for a value
-  std::atomic<int64_t> pending_users{0};     // our forks awaiting the owner's confirmation
-  std::atomic<int64_t> pending_children{0};  // forks we gave away, not yet confirmed (G2)
-  std::atomic<int64_t> outbox{0};            // control messages awaiting an ack
-  std::atomic<int64_t> user_rrefs{0};        // user-side states alive here
+  std::atomic<int64_t> owners{0};           // OwnerRRef actors alive here (their start and end)
+  TableGauge forks;                         // forks counted by those owners (OwnerForks)
+  std::atomic<int64_t> pending_fetches{0};  // to_here requests waiting for a value (the owner actor)
+  TableGauge pending_users;                 // our forks awaiting the owner's confirmation (ForkTable)
+  TableGauge pending_children;              // forks we gave away, not yet confirmed, G2 (ForkTable)
+  TableGauge outbox;                        // control messages awaiting an ack (Outbox)
+  std::atomic<int64_t> user_rrefs{0};       // user-side states alive here (RRefRuntime)
+};
+
+/// What inspection sees of one owned value (castor inspect).
+struct OwnerStats {
+  TableGauge forks;  // its live forks (its OwnerForks)
+  const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();
 };
 
 RRefCounters& rref_counters(WorkerServices& rt);

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=${CASTOR_BUILD_DIR:-build}
 jobs=${CASTOR_JOBS:-2}
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release >/dev/null
+# -Werror: a new warning is a defect, so it fails the build (and CI) at once.
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCASTOR_WERROR=ON >/dev/null
 cmake --build "$build_dir" -j "$jobs"
 # The fuzz test builds it itself if needed (and fails naming what is missing);
 # building it here keeps that out of the test's time.

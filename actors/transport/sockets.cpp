@@ -11,7 +11,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <random>
+#include <utility>
 
 namespace castor::detail::net {
 
@@ -189,6 +193,56 @@ uint16_t local_port(int fd) {
   if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in*>(&a)->sin_port);
   if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
   return 0;
+}
+
+namespace {
+
+// The kernel's ephemeral range (outgoing connections, bind to port 0).
+std::pair<int, int> ephemeral_range() {
+  int lo = 32768, hi = 60999;
+  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
+    if (std::fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768, hi = 60999;
+    std::fclose(f);
+  }
+  return {lo, hi};
+}
+
+// Binds a fresh socket to 127.0.0.1:port (0: the kernel picks); the port
+// bound, or 0. No SO_REUSEADDR: a port in TIME_WAIT counts as taken.
+uint16_t bind_loopback(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(port);
+  socklen_t len = sizeof(addr);
+  uint16_t bound = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    bound = ntohs(addr.sin_port);
+  ::close(fd);
+  return bound;
+}
+
+}  // namespace
+
+uint16_t free_local_port() {
+  static std::mutex mtx;
+  static std::mt19937 rng(std::random_device{}() ^ uint32_t(::getpid()));
+  int lo = ephemeral_range().first;
+  if (lo > 11000) {
+    std::uniform_int_distribution<int> pick(10000, lo - 1);
+    for (int i = 0; i < 200; ++i) {
+      uint16_t port;
+      {
+        std::lock_guard<std::mutex> lock(mtx);
+        port = uint16_t(pick(rng));
+      }
+      if (bind_loopback(port) == port) return port;
+    }
+  }
+  return bind_loopback(0);
 }
 
 }  // namespace castor::detail::net

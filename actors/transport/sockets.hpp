@@ -42,4 +42,12 @@ std::string peer_address(int fd);
 std::string host_part(const std::string& address);
 uint16_t local_port(int fd);
 
+/// A TCP port on 127.0.0.1 that is free now, for a local job's or a test's
+/// workers to listen on. Picked at random below the kernel's ephemeral
+/// range: a port from bind(0) lies inside it, where any outgoing connection
+/// of a process beside us may take it before our worker listens (a fresh
+/// suite run once failed with "Address already in use"). Falls back to
+/// bind(0) when there is no room below the range.
+uint16_t free_local_port();
+
 }  // namespace castor::detail::net

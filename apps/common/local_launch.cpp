@@ -2,6 +2,8 @@
 // line, and fail-fast termination of the siblings.
 #include "local_launch.hpp"
 
+#include "actors/transport/sockets.hpp"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -78,17 +80,7 @@ std::string self_executable() {
   return buf;
 }
 
-uint16_t free_local_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+uint16_t free_local_port() { return castor::detail::net::free_local_port(); }
 
 LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::milliseconds grace) {
   std::vector<Child> children;

@@ -23,6 +23,9 @@
 #include "apps/common/fashion_mnist.hpp"
 #include "apps/common/local_launch.hpp"
 #include "apps/common/training_log.hpp"
+#include "support/errors.hpp"
+
+using castor::test::contains;
 
 namespace {
 
@@ -97,7 +100,6 @@ std::string scratch(const std::string& name) {
   return (dir / name).string();
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 void write_gzip(const std::string& path, const std::vector<uint8_t>& bytes) {
   gzFile f = ::gzopen(path.c_str(), "wb");

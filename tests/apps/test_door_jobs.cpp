@@ -24,6 +24,9 @@
 
 #include "apps/common/local_launch.hpp"
 #include "support/door_probes.hpp"
+#include "support/errors.hpp"
+
+using castor::test::contains;
 
 namespace {
 
@@ -39,7 +42,6 @@ std::string scratch(const std::string& name) {
   return (dir / name).string();
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // The castor command in its own process group, its output collected by a
 // thread; every wait bounded.

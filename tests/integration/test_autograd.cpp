@@ -12,8 +12,11 @@
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
+#include "support/errors.hpp"
 
 using namespace castor;
+using castor::test::contains;
+using castor::test::error_of;
 using castor::test::LocalWorld;
 using castor::test::eventually;
 using std::chrono::milliseconds;
@@ -31,16 +34,6 @@ WorkerOptions fast(WorkerOptions& o) {
   const char* mode = std::getenv("CASTOR_TEST_AUTOGRAD_MODE");
   o.autograd_mode = mode && std::string(mode) == "smart" ? AutogradMode::smart : AutogradMode::fast;
   return o;
-}
-// The message of the `Error` that `f` threw; empty if it threw none.
-template <class Error = RpcError, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return {};
 }
 uint64_t received(Worker& w, castor::detail::MessageType t) {
   return castor::testing::runtime(w).stats.received[size_t(t)].load();

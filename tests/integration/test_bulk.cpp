@@ -34,7 +34,7 @@ uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bul
 
 }  // namespace
 
-TEST_CASE("large tensors take the bulk path both ways; small ones stay on CAF's link") {
+TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's link") {
   // Both modes: copied from the peer's memory (same host, B7) and through the socket.
   bool same_host = true;
   SUBCASE("same host: process_vm_readv") { same_host = true; }
@@ -89,7 +89,7 @@ TEST_CASE("bulk_threshold 0 turns the bulk path off: large tensors go through CA
   CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", big), big));
 }
 
-TEST_CASE("garbage on a bulk port closes that link; the worker keeps serving") {
+TEST_CASE("garbage on a bulk port closes that link, the worker keeps serving") {
   LocalWorld world(2);
   auto port = castor::testing::runtime(world[1]).bulk->port();
   for (const std::string& junk : {std::string("GET / HTTP/1.0\r\n\r\n"), std::string("CSB1\x05\0\0\0", 8),

@@ -11,26 +11,17 @@
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
+#include "support/errors.hpp"
 
 using namespace castor;
+using castor::test::contains;
+using castor::test::error_of;
 using castor::test::bounded;
 using castor::test::LocalWorld;
 using castor::test::eventually;
 using std::chrono::milliseconds;
 
 namespace {
-template <class E, class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    return std::string("WRONG EXCEPTION TYPE: ") + e.what();
-  }
-  return "NO EXCEPTION";
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // to_here on another thread: the value's elements ("[1, 1]") or the error.
 std::future<std::string> fetch_async(RRef<at::Tensor> r) {

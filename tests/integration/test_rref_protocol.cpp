@@ -102,7 +102,7 @@ TEST_CASE("random fork trees over 4 workers under random faults: no early delete
   CHECK_FALSE(world.leaked());
 }
 
-TEST_CASE("an owner that dies makes to_here fail within 5 s naming it; its users' forks are forgotten") {
+TEST_CASE("an owner that dies makes to_here fail within 5 s naming it, its users' forks are forgotten") {
   auto port = test::free_port();
   test::ChildWorker child(1, 2, port);
   auto w0 = init_rpc(test::local_options(0, 2, port));

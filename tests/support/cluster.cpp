@@ -1,6 +1,8 @@
 // Test support implementation: free ports, local worlds, child workers.
 #include "support/cluster.hpp"
 
+#include "actors/transport/sockets.hpp"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,65 +23,7 @@ extern char** environ;
 
 namespace castor::test {
 
-namespace {
-
-// The kernel's ephemeral range (outgoing connections, bind to port 0).
-std::pair<int, int> ephemeral_range() {
-  int lo = 32768, hi = 60999;
-  if (FILE* f = std::fopen("/proc/sys/net/ipv4/ip_local_port_range", "r")) {
-    if (std::fscanf(f, "%d %d", &lo, &hi) != 2) lo = 32768, hi = 60999;
-    std::fclose(f);
-  }
-  return {lo, hi};
-}
-
-// Whether nothing is bound to 127.0.0.1:port now (no TIME_WAIT either: no SO_REUSEADDR).
-bool bindable(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(port);
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
-  ::close(fd);
-  return ok;
-}
-
-}  // namespace
-
-// A port the OS hands out for port 0 lies in the ephemeral range, where it
-// may be taken again at once by any outgoing connection or bind(0) of the
-// tests running beside this one before our worker listens on it (a fresh
-// suite run once failed with "Address already in use"). So pick at random
-// below that range, where the kernel never allocates by itself, and check
-// that it is free now.
-uint16_t free_port() {
-  static std::mutex mtx;
-  static std::mt19937 rng(std::random_device{}() ^ uint32_t(::getpid()));
-  int lo = ephemeral_range().first;
-  if (lo > 11000) {
-    std::uniform_int_distribution<int> pick(10000, lo - 1);
-    for (int i = 0; i < 200; ++i) {
-      uint16_t port;
-      {
-        std::lock_guard<std::mutex> lock(mtx);
-        port = uint16_t(pick(rng));
-      }
-      if (bindable(port)) return port;
-    }
-  }
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);  // no room below the range: ask the OS
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+uint16_t free_port() { return castor::detail::net::free_local_port(); }
 
 WorkerOptions local_options(int rank, int world_size, uint16_t master_port) {
   WorkerOptions o;

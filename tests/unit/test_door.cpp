@@ -124,7 +124,7 @@ TEST_CASE("greeting: what strangers sent is shown printable or in hex") {
   CHECK(door::preview(crafted.data(), 10) == "00 00 00 00 00 00 00 00 ff ff");
 }
 
-TEST_CASE("door: a dialer with the cluster secret is admitted; without it, it is refused and told why") {
+TEST_CASE("door: a dialer with the cluster secret is admitted, without it, it is refused and told why") {
   TestDoor d("the-cluster-secret-0123");
   auto ok = dial_with("the-cluster-secret-0123", d.port);
   REQUIRE(ok.ok());
@@ -176,7 +176,7 @@ TEST_CASE("door: a scanner and a silent client cost a socket for the greeting ti
   CHECK(castor::test::eventually([&] { return refused(*d.door, Refusal::closed) == 1; }, 3s));
 }
 
-TEST_CASE("door: one host cannot hold more greetings open than its share; others still get in") {
+TEST_CASE("door: one host cannot hold more greetings open than its share, others still get in") {
   TestDoor d("", 5000ms, 4);
   std::vector<int> silent;
   for (int i = 0; i < 6; ++i) {

@@ -207,7 +207,7 @@ TEST_CASE("tasks stuck in user code get more threads, up to the configured numbe
 // threads beyond the limit. Whether the monitor raises the limit during a
 // flood of short tasks depends on a 1 ms clock, so how many threads a flood
 // uses is a figure (castor-bench rpc: rpc_async), not asserted here.
-TEST_CASE("posts start no thread beyond the runnable limit; stuck tasks raise it, a drained queue lowers it (E2)") {
+TEST_CASE("posts start no thread beyond the runnable limit, stuck tasks raise it, a drained queue lowers it (E2)") {
   Latch release;
   Arrivals started;
   std::atomic<int> held_done{0}, done{0};

@@ -74,7 +74,7 @@ TEST_CASE("a lineage is the recv functions upstream and their lineages, merged, 
   CHECK(lineage({a * 2, b * 3}) == l);
 }
 
-TEST_CASE("a graph with no recv function upstream has an empty lineage; edges without a function are skipped") {
+TEST_CASE("a graph with no recv function upstream has an empty lineage, edges without a function are skipped") {
   auto leaf = torch::ones({2}, torch::requires_grad());
   CHECK(lineage({(leaf * 3).sum()}).empty());
   CHECK(lineage({leaf}).empty());

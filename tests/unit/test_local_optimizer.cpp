@@ -95,7 +95,7 @@ TEST_CASE("a local optimizer steps like libtorch's with the same options, for ev
 
 // The context's gradients stand in for .grad during the step; .grad is put
 // back afterwards, and a stale .grad never leaks into the step.
-TEST_CASE("a step uses the context's gradients; .grad is neither used nor changed") {
+TEST_CASE("a step uses the context's gradients, .grad is neither used nor changed") {
   auto w = one_worker();
   auto p = leaf(torch::tensor({1.0, -2.0, 3.0}));
   auto stale = torch::full({3}, 1000.0);
@@ -127,7 +127,7 @@ TEST_CASE("a parameter without a gradient in the context stays as it is, weight 
   w.shutdown();
 }
 
-TEST_CASE("optimizers get their own ids; an unknown id is an error naming the worker and the id") {
+TEST_CASE("optimizers get their own ids, an unknown id is an error naming the worker and the id") {
   auto w = one_worker();
   auto p = leaf(torch::ones({1}));
   auto a = castor::detail::create_local_optimizer(castor::detail::services(w), optim::SGD{0.1}, {p}).wait(milliseconds(20000));

@@ -60,7 +60,7 @@ TEST_CASE("a world answers by rank and name, and bounds-checks every rank in one
   CHECK_THROWS_AS(World(0, 1, {three()[1]}), std::logic_error);  // a member out of place
 }
 
-TEST_CASE("a change is a new world with the next epoch; the old one stays as it was (M1)") {
+TEST_CASE("a change is a new world with the next epoch, the old one stays as it was (M1)") {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
   auto peer0 = sys.spawn(idle_peer), peer2 = sys.spawn(idle_peer);
@@ -87,7 +87,7 @@ TEST_CASE("a change is a new world with the next epoch; the old one stays as it 
   caf::anon_send_exit(peer2, caf::exit_reason::user_shutdown);
 }
 
-TEST_CASE("membership publishes the next epoch, then tells the hooks; old references stay valid (M2, M4)") {
+TEST_CASE("membership publishes the next epoch, then tells the hooks, old references stay valid (M2, M4)") {
   Membership m;
   CHECK(m.current().epoch() == 0);
   CHECK(m.current().size() == 0);

@@ -1,0 +1,72 @@
+// Remote calls: the dispatch of a prepared call on its CallKind (see
+// remote_calls.hpp).
+#include "rref/calls/remote_calls.hpp"
+
+#include "actors/hooks/worker_services.hpp"
+#include "rref/class_registry.hpp"
+
+namespace castor::detail {
+namespace {
+
+// remote(): the new value's slot, made if a call on it came first. Its
+// owner counts the caller's fork with the creation (Note [RRef protocol]).
+std::shared_ptr<Holder> create_result_slot(context_pointer self, const CallRequest& req) {
+  auto* slot = to_owner(self, OwnerEvent::created(req.result_to.rref_id, req.result_to.fork_id, req.caller));
+  return slot ? slot->holder : nullptr;
+}
+
+void run_constructor(WorkerServices* rt, const ClassEntry* cls, std::vector<Value>&& args, std::shared_ptr<Holder> holder,
+                     Completion ack) {
+  bool accepted = rt->post([rt, cls, args = std::move(args), holder, ack]() mutable {
+    try {
+      holder->set_object(cls->construct(std::move(args)), cls);
+    } catch (...) {
+      holder->set_error(error_from_exception(std::current_exception(), rt->name(), "constructor of '" + cls->name + "'"));
+    }
+    ack(Outcome::success(Value()));
+  });
+  if (!accepted) {
+    holder->set_error(make_error(ErrorKind::Remote, rt->name(), "worker " + rt->name() + ": executor saturated"));
+    ack(Outcome::success(Value()));
+  }
+}
+
+}  // namespace
+
+void dispatch(context_pointer self, IncomingCall&& ic) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  auto& req = ic.request;
+  auto reply = rt->replier(ic.reply_to, req);
+  std::shared_ptr<Holder> result;
+  if (req.is_remote()) {
+    result = create_result_slot(self, req);
+    if (!result) return reply(Outcome::failure(gone_error(self, req.result_to.rref_id)));
+  }
+  switch (req.kind) {
+    case CallKind::function: {
+      if (!result) return rt->execute(std::move(req), std::move(reply));
+      if (auto* cls = ClassRegistry::instance().find(req.function))
+        return run_constructor(rt, cls, std::move(req.args), result, std::move(reply));
+      req.result_to = RRefForkData{};
+      return rt->execute(std::move(req), [result, reply](Outcome o) {
+        if (o.ok)
+          result->set_value(std::move(o.value));
+        else
+          result->set_error(std::move(o.error));
+        reply(Outcome::success(Value()));
+      });
+    }
+    case CallKind::method:
+    case CallKind::fetch: {
+      // A call may overtake the remote() that creates its target: the slot
+      // is made now and the call waits in the owner's mailbox for the value.
+      auto* slot = owner_slot(self, req.target, true);
+      if (!slot) return reply(Outcome::failure(gone_error(self, req.target)));
+      self->send(slot->actor, OwnerCall{std::move(req), std::move(reply), result});
+      return;
+    }
+  }
+}
+
+}  // namespace castor::detail

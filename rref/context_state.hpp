@@ -1,0 +1,80 @@
+// The RRef context actor's state (see Note [RRef protocol] in
+// rref_context.hpp), shared by the files that make up its behavior:
+// rref_context.cpp (control messages, acks, retries, owners, dead peers),
+// adoption.cpp (forks that arrive become local references) and rref/calls/
+// (incoming calls that involve RRefs). Private to rref/.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include <caf/stateful_actor.hpp>
+
+#include "actors/hooks/protocol_actor.hpp"
+
+#include "rref/calls/prepared_calls.hpp"
+#include "rref/owner_rref_actor.hpp"
+#include "rref/protocol/fork_table.hpp"
+#include "rref/protocol/outbox.hpp"
+#include "rref/protocol/owner_directory.hpp"
+#include "rref/rref_context.hpp"
+#include "rref/rref_counters.hpp"
+
+namespace castor::detail {
+
+class RRefRuntime;
+class WorkerServices;
+
+using context_broker = protocol_broker<rref_context_actor>;  // Note [Where actors run]
+
+/// A value owned here: its actor, and what it holds (read by calls on it).
+struct OwnerSlot {
+  owner_rref_actor actor;
+  std::shared_ptr<Holder> holder;
+};
+
+struct context_state {
+  static inline const char* name = "castor.rref_context";
+
+  RRefRuntime* rr = nullptr;
+  WorkerServices* rt = nullptr;
+  std::shared_ptr<RRefCounters> counters;  // the tables' gauges; outlives them
+
+  // The protocol's tables (rules in rref/protocol/): changed only through
+  // their methods, by this actor's handlers; made when the actor starts.
+  std::optional<ForkTable> forks;  // pending users and pending children (G2)
+  std::optional<Outbox> outbox;    // our control messages awaiting an ack
+  OwnerDirectory<OwnerSlot> owners;  // values owned here; the ones that ended
+  bool retry_scheduled = false;      // a retry_atom is on its way to us
+
+  // Incoming calls waiting for forks to be confirmed or values to arrive.
+  PreparedCalls prepared;
+};
+
+using context_pointer = caf::stateful_actor<context_state, context_broker>*;
+
+// -- shared by the context's files (defined in rref_context.cpp) -------------------
+
+/// Sends `c` through the outbox (retried until acknowledged), unless its
+/// destination is dead: a dead peer needs no news.
+void send_control(context_pointer self, const ControlToSend& c);
+
+/// The owner of `id` here; made if missing and `make` (with `holder` as its
+/// value slot, or an empty one), unless it ended. Nothing otherwise.
+OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder = nullptr);
+
+/// Hands `e` to the owner of `e.rref` (made if the event may make it).
+/// Returns that owner, or nothing if there is none (it ended).
+OwnerSlot* to_owner(context_pointer self, const OwnerEvent& e);
+
+/// "RRef ... no longer exists here (every fork was deleted)".
+ErrorInfo gone_error(context_pointer self, RRefId id);
+
+// -- adoption.cpp --------------------------------------------------------------------
+
+/// Every fork in `v` that arrived here becomes a local reference (the
+/// sharing cases of Note [RRef protocol]); a fork still to be confirmed by
+/// its owner holds back the prepared call `waiting`, if any.
+void adopt_value(context_pointer self, Value& v, PreparedCallId waiting);
+
+}  // namespace castor::detail

@@ -1,0 +1,152 @@
+// RRefRuntime: the rref/ layer's thread-safe entry points (see
+// rref_runtime.hpp). Work that changes protocol state goes to the RRef
+// context actor as a message; nothing here touches its tables.
+#include "rref/rref_runtime.hpp"
+
+#include <caf/send.hpp>
+
+#include "actors/hooks/worker_services.hpp"
+
+namespace castor::detail {
+
+RRefRuntime::RRefRuntime(WorkerServices& rt)
+    : rref_ids(rt.rank()), fork_ids(rt.rank()), rt_(rt), counters_(std::make_shared<RRefCounters>()),
+      faults_(rt.options().faults) {
+  context_ = spawn_rref_context(this);
+}
+
+RRefRuntime::~RRefRuntime() { stop(); }
+
+void RRefRuntime::stop() {
+  if (context_) caf::anon_send_exit(context_, caf::exit_reason::user_shutdown);
+  context_ = nullptr;
+}
+
+void RRefRuntime::fork_for(Value& v, WorkerId to) {
+  v.for_each_rref([&](RRefValue& rv) {
+    auto s = state_of(rv);
+    if (!s || to == rt_.rank()) return;  // a call to ourselves passes the handle itself
+    rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name};
+    caf::anon_send(context_, ForkRegistration{s, rv.data.fork_id, to});
+  });
+}
+
+void RRefRuntime::convert_arguments(const CallRequest& req, std::vector<Value>& args) {
+  const std::vector<ParamInfo>* params = nullptr;
+  if (req.kind == CallKind::function) {
+    if (auto* e = FunctionRegistry::instance().find(req.function)) params = &e->params;
+  }
+  if (!params) return;
+  for (size_t i = 0; i < args.size() && i < params->size(); ++i) {
+    if (!(*params)[i].is_rref || args[i].is_rref()) continue;
+    // A T where the function takes RRef<T>: an RRef owned by the caller.
+    auto type = (*params)[i].type;
+    if (type.rfind("RRef<", 0) == 0) type = type.substr(5, type.size() - 6);
+    auto holder = std::make_shared<Holder>();
+    holder->set_value(std::move(args[i]));
+    auto id = rref_ids.next();
+    register_owner(id, holder);
+    auto state = new_owner_state(id, holder, type);
+    args[i] = Value(RRefValue{RRefForkData{rt_.rank(), id, ForkId{}, -1, type}, state});
+  }
+}
+
+std::optional<std::string> RRefRuntime::foreign_rref(const std::vector<Value>& args) const {
+  std::optional<std::string> why;
+  for (auto a : args)  // a copy: for_each_rref visits mutable values
+    a.for_each_rref([&](RRefValue& rv) {
+      auto s = state_of(rv);
+      if (!why && s && s->rt.lock().get() != &rt_)
+        why = "RRef " + to_string(s->id) + " belongs to another worker of this process, not to " + rt_.name();
+    });
+  return why;
+}
+
+bool RRefRuntime::wants(const CallRequest& req) const {
+  if (req.kind != CallKind::function || req.is_remote()) return true;
+  for (const auto& a : req.args)
+    if (a.contains_rref()) return true;
+  return false;
+}
+
+void RRefRuntime::handle_request(CallRequest&& req, caf::strong_actor_ptr reply_to) {
+  caf::anon_send(context_, IncomingCall{std::move(req), std::move(reply_to)});
+}
+
+void RRefRuntime::handle_control(RRefControl&& msg) { caf::anon_send(context_, std::move(msg)); }
+void RRefRuntime::handle_ack(RRefControlAck&& ack) { caf::anon_send(context_, std::move(ack)); }
+void RRefRuntime::on_peer_down(WorkerId rank) { caf::anon_send(context_, peer_down_atom::value, rank); }
+void RRefRuntime::on_shutdown_begin() { caf::anon_send(context_, shutdown_atom::value); }
+
+bool RRefRuntime::idle() const {
+  return counters_->outbox.load() == 0 && counters_->owners.load() == 0 && counters_->pending_users.load() == 0 &&
+         counters_->pending_children.load() == 0;
+}
+
+std::map<std::string, int64_t> RRefRuntime::debug_info() const {
+  return {{"num_owner_rrefs", counters_->owners.load()},
+          {"num_forks", counters_->forks.load()},
+          {"num_pending_futures", counters_->pending_fetches.load()},
+          {"num_pending_users", counters_->pending_users.load()},
+          {"num_pending_children", counters_->pending_children.load()},
+          {"num_user_rrefs", counters_->user_rrefs.load()},
+          {"num_unacked_control_messages", counters_->outbox.load()}};
+}
+
+void RRefRuntime::adopt_then(Value v, Completion done) {
+  caf::anon_send(context_, AdoptReply{std::move(v), std::move(done)});
+}
+
+RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name) {
+  auto s = std::make_shared<RRefState>();
+  s->id = id;
+  s->owner = owner;
+  s->owner_name = rt_.name_of(owner);
+  s->type_name = std::move(type_name);
+  s->fork = fork;
+  s->rt = rt_.lifetime();
+  counters_->user_rrefs.fetch_add(1);
+  live_.track(s);
+  return s;
+}
+
+RRefStatePtr RRefRuntime::new_owner_state(RRefId id, std::shared_ptr<Holder> holder, std::string type_name) {
+  auto s = std::make_shared<RRefState>();
+  s->id = id;
+  s->owner = rt_.rank();
+  s->owner_name = rt_.name();
+  s->type_name = std::move(type_name);
+  s->holder = std::move(holder);
+  s->confirmed = true;
+  s->rt = rt_.lifetime();
+  live_.track(s);
+  return s;
+}
+
+void RRefRuntime::register_owner(RRefId id, std::shared_ptr<Holder> holder) {
+  caf::anon_send(context_, OwnerRegistration{id, std::move(holder)});
+}
+
+RRefInspection RRefRuntime::inspect() const {
+  RRefInspection out;
+  out.owned = owner_index_.owned();
+  out.pending_users = live_.unconfirmed();
+  return out;
+}
+
+void RRefRuntime::state_dropped(RRefState& s) {
+  if (!s.is_owner()) counters_->user_rrefs.fetch_sub(1);
+  if (s.released.load() || !context_) return;
+  caf::anon_send(context_, StateDropped{s.id, s.fork, s.owner, s.is_owner()});
+}
+
+RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }
+RRefCounters& rref_counters(WorkerServices& rt) { return rref_runtime(rt).counters(); }
+std::shared_ptr<RRefCounters> rref_counters_ptr(WorkerServices& rt) { return rref_runtime(rt).counters_ptr(); }
+
+RRefState::~RRefState() {
+  if (auto r = rt.lock())
+    if (r->rrefs()) rref_runtime(*r).state_dropped(*this);
+}
+
+}  // namespace castor::detail

@@ -1,0 +1,76 @@
+// RRefRuntime: the rref/ layer of one worker, as the worker runtime sees it
+// (RRefHooks) and as RRef handles on any thread use it. Thread-safe: each
+// entry point either hands its work to the RRef context actor or reads
+// state kept for other threads (counters, the inspection indexes).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "actors/hooks/rref_hooks.hpp"
+#include "actors/runtime/fault_injection.hpp"
+#include "rref/live_states.hpp"
+#include "rref/owner_index.hpp"
+#include "rref/rref_context.hpp"
+#include "rref/rref_counters.hpp"
+#include "rref/rref_state.hpp"
+
+namespace castor::detail {
+
+/// The rref/ layer's RRefHooks: the entry points the worker runtime calls,
+/// plus what RRef handles on any thread need.
+class RRefRuntime : public RRefHooks {
+ public:
+  explicit RRefRuntime(WorkerServices& rt);
+  ~RRefRuntime() override;
+
+  // RRefHooks
+  void fork_for(Value& v, WorkerId to) override;
+  void convert_arguments(const CallRequest& req, std::vector<Value>& args) override;
+  bool wants(const CallRequest& req) const override;
+  std::optional<std::string> foreign_rref(const std::vector<Value>& args) const override;
+  void handle_request(CallRequest&& req, caf::strong_actor_ptr reply_to) override;
+  void handle_control(RRefControl&& msg) override;
+  void handle_ack(RRefControlAck&& ack) override;
+  void on_peer_down(WorkerId rank) override;
+  void on_shutdown_begin() override;
+  bool idle() const override;
+  std::map<std::string, int64_t> debug_info() const override;
+  RRefInspection inspect() const override;
+  void stop() override;
+
+  void adopt_then(Value v, Completion done) override;
+
+  /// Handles (RRef<T>) on any thread.
+  RRefStatePtr new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name);
+  RRefStatePtr new_owner_state(RRefId id, std::shared_ptr<Holder> holder, std::string type_name);
+  void register_owner(RRefId id, std::shared_ptr<Holder> holder);
+  void state_dropped(RRefState& s);
+
+  /// The context actor's owners, mirrored for inspection from any thread.
+  OwnerIndex& owner_index() { return owner_index_; }
+  /// Every handle state alive here (shutdown releases them).
+  LiveStates& live_states() { return live_; }
+  FaultInjector& faults() { return faults_; }
+
+  WorkerServices& services() { return rt_; }
+  RRefCounters& counters() { return *counters_; }
+  std::shared_ptr<RRefCounters> counters_ptr() { return counters_; }
+  IdGenerator<RRefId> rref_ids;
+  IdGenerator<ForkId> fork_ids;
+
+ private:
+  WorkerServices& rt_;
+  std::shared_ptr<RRefCounters> counters_;
+  LiveStates live_;
+  OwnerIndex owner_index_;
+  FaultInjector faults_;
+  rref_context_actor context_;
+};
+
+RRefRuntime& rref_runtime(WorkerServices& rt);
+
+}  // namespace castor::detail
