@@ -206,13 +206,18 @@ AutogradInspection AutogradRuntime::inspect() const {
 bool AutogradRuntime::idle() const { return counters_.graph_tasks.load() == 0; }
 
 void AutogradRuntime::stop() {
-  std::vector<context_actor> all;
+  // Runs twice: in the runtime's teardown, while the actor system lives, and
+  // again in our destructor, after the system is gone. So the first call
+  // takes every handle out: the second finds nothing to message (a context
+  // left live at shutdown() once crashed both workers here), and no handle
+  // outlives the system it belongs to.
+  std::unordered_map<ContextId, context_actor> all;
   {
     std::lock_guard<std::mutex> lock(mtx_);
     stopped_ = true;
-    for (auto& [id, a] : contexts_) all.push_back(a);
+    all.swap(contexts_);
   }
-  for (auto& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& [id, a] : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   deadlines_.close();
 }
 
