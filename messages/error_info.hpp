@@ -20,6 +20,7 @@ enum class ErrorKind : uint8_t {
   Shutdown,      // the worker is shut down
   Internal,      // castor broke an invariant: a bug
   Autograd,      // a distributed backward pass failed
+  OwnerDied,     // the owner of an RRef died (an Unreachable that names the RRef)
 };
 
 struct ErrorInfo {
@@ -32,7 +33,7 @@ struct ErrorInfo {
     auto k = uint8_t(x.kind);
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
       if (auto err = f(k, wire::checked(x.worker), wire::checked(x.message))) return err;
-      if (k > uint8_t(ErrorKind::Autograd)) return wire::refuse("unknown error kind " + std::to_string(k));
+      if (k > uint8_t(ErrorKind::OwnerDied)) return wire::refuse("unknown error kind " + std::to_string(k));
       x.kind = ErrorKind(k);
       return caf::none;
     } else {

@@ -39,7 +39,7 @@ void adopt_value(context_pointer self, Value& v, PreparedCallId waiting) {
         if (waiting) st.prepared.wait(waiting);
         auto arrived = st.forks->arrived_from_user(state, d.parent, waiting);
         if (arrived.fork_request) send_control(self, *arrived.fork_request);
-        if (arrived.owner_dead && waiting) fork_lost_for(self, {waiting}, d.owner);
+        if (arrived.owner_dead && waiting) fork_lost_for(self, {waiting}, d.owner, d.rref_id);
         return;
       }
     }

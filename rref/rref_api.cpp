@@ -10,6 +10,7 @@
 #include "actors/hooks/worker_services.hpp"
 #include "actors/api/worker.hpp"
 #include "actors/api/worker_access.hpp"
+#include "actors/cluster/world.hpp"
 #include "rref/rref_runtime.hpp"
 
 namespace castor::detail {
@@ -23,11 +24,26 @@ std::shared_ptr<WorkerServices> runtime_of(const RRefStatePtr& s) {
   return rt;
 }
 
+// The error of a use of `s` whose owner died, naming the owner and the
+// RRef: OwnerDied when `e` says the owner is unreachable, else `e` itself.
+ErrorInfo owner_failure(const RRefState& s, ErrorInfo e) {
+  if (e.kind != ErrorKind::Unreachable || e.worker != s.owner_name) return e;
+  return ErrorInfo{ErrorKind::OwnerDied, s.owner_name,
+                   "RRef " + to_string(s.id) + ": its owner, worker " + s.owner_name + ", died (" + e.message + ")"};
+}
+
 void check_usable(const RRefStatePtr& s) {
   if (s->released.load())
     throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, s->owner_name,
                                   "RRef " + to_string(s->id) + " was released by this worker's shutdown"});
-  if (s->creation_error) throw_rpc_error(*s->creation_error);
+  if (auto failed = s->creation_error()) throw_rpc_error(owner_failure(*s, std::move(*failed)));
+  // An owner already dead in this worker's world fails the use at once.
+  if (auto rt = s->rt.lock(); rt && !s->is_owner()) {
+    const auto& world = rt->world();
+    if (world.has(s->owner) && !world.alive(s->owner))
+      throw_rpc_error(owner_failure(*s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
+                                                  "worker " + s->owner_name + " is unreachable"}));
+  }
 }
 
 }  // namespace
@@ -71,7 +87,7 @@ RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::str
     if (o.ok)
       s->confirmed = true;  // the owner counted our fork with the creating call
     else
-      s->creation_error = o.error;
+      s->set_creation_error(o.error);
   });
   return state;
 }
@@ -105,7 +121,7 @@ RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& 
       if (o.ok)
         s->confirmed = true;
       else
-        s->creation_error = o.error;
+        s->set_creation_error(o.error);
     }
   });
   return state;
@@ -141,11 +157,11 @@ Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds
   req.kind = CallKind::fetch;
   req.target = s->id;
   Promise<Value> p;
-  call_request(rt->worker(), s->owner, std::move(req), limit, [p](Outcome o) {
+  call_request(rt->worker(), s->owner, std::move(req), limit, [p, s](Outcome o) {
     if (o.ok)
       p.try_set_value(std::move(o.value));
     else
-      p.try_set_error(std::move(o.error));
+      p.try_set_error(owner_failure(*s, std::move(o.error)));
   });
   return p.future().wait();
 }
@@ -160,7 +176,10 @@ void call_method(const RRefStatePtr& s, const std::string& method, std::vector<V
     req.kind = CallKind::method;
     req.target = s->id;
     req.args = std::move(args);
-    call_request(rt->worker(), s->owner, std::move(req), timeout, std::move(done));
+    call_request(rt->worker(), s->owner, std::move(req), timeout, [s, done](Outcome o) {
+      if (!o.ok) o = Outcome::failure(owner_failure(*s, std::move(o.error)));
+      done(std::move(o));
+    });
   } catch (const RpcError& e) {
     done(Outcome::failure(e.info()));
   }

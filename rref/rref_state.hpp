@@ -26,11 +26,30 @@ struct RRefState {
   std::atomic<bool> confirmed{false};  // the owner knows this fork (owners: always)
   std::atomic<bool> released{false};   // shutdown released it already; the end sends nothing
   std::weak_ptr<WorkerServices> rt;
-  std::optional<ErrorInfo> creation_error;  // remote() could not reach the owner
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();  // inspection
 
   bool is_owner() const { return holder != nullptr; }
+
+  /// remote() could not create the value (set once, by the call's
+  /// completion on whatever thread it runs; read by the users' threads).
+  void set_creation_error(ErrorInfo e) {
+    if (creation_failed_.load(std::memory_order_acquire)) return;
+    creation_error_ = std::move(e);
+    creation_failed_.store(true, std::memory_order_release);  // publishes creation_error_
+  }
+  std::optional<ErrorInfo> creation_error() const {
+    if (!creation_failed_.load(std::memory_order_acquire)) return std::nullopt;
+    return creation_error_;
+  }
+
   ~RRefState();
+
+ private:
+  // Written once before creation_failed_ is set, never after: readers that
+  // saw the flag read it without a lock. (There is one writer: the creating
+  // call completes once.)
+  ErrorInfo creation_error_;
+  std::atomic<bool> creation_failed_{false};
 };
 
 using RRefStatePtr = std::shared_ptr<RRefState>;

@@ -12,6 +12,7 @@ void throw_rpc_error(ErrorInfo info) {
     case ErrorKind::Type: throw TypeError(std::move(info));
     case ErrorKind::Shutdown: throw ShutdownError(std::move(info));
     case ErrorKind::Autograd: throw AutogradError(std::move(info));
+    case ErrorKind::OwnerDied: throw OwnerDiedError(std::move(info));
     case ErrorKind::Internal: break;
   }
   throw RpcError(std::move(info));

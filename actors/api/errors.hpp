@@ -26,6 +26,10 @@ class RpcError : public std::runtime_error {
 struct TimeoutError : RpcError { using RpcError::RpcError; };
 /// The peer died, its link is gone, or it was never reachable.
 struct UnreachableError : RpcError { using RpcError::RpcError; };
+/// The owner of an RRef died: to_here, a method call or passing the RRef on
+/// fails with this, naming the owner and the RRef. An UnreachableError, so
+/// that code catching those still catches it.
+struct OwnerDiedError : UnreachableError { using UnreachableError::UnreachableError; };
 /// The remote function threw; what() holds the remote what() and the worker.
 struct RemoteError : RpcError { using RpcError::RpcError; };
 /// Unknown worker, function, method, class or RRef.

@@ -35,4 +35,39 @@ ErrorInfo error_from_exception(std::exception_ptr e, const std::string& worker, 
   }
 }
 
+void wait_all_or_first_error(const std::vector<FutureCore*>& futures) {
+  // Each future tells this board when it completes, on its completing
+  // thread; the board is shared, so a future that completes after we left
+  // (we threw) still finds it.
+  struct Board {
+    std::mutex mtx;
+    std::condition_variable cv;
+    size_t left = 0;
+    std::optional<ErrorInfo> first_error;  // the first failure to arrive
+  };
+  auto board = std::make_shared<Board>();
+  board->left = futures.size();
+  for (auto* core : futures)
+    core->add_inline_callback([board, core] {
+      auto error = core->error();
+      {
+        std::lock_guard<std::mutex> lock(board->mtx);
+        --board->left;
+        if (error && !board->first_error) board->first_error = std::move(error);
+      }
+      board->cv.notify_all();
+    });
+  std::optional<ErrorInfo> failed;
+  {
+    std::unique_lock<std::mutex> lock(board->mtx);
+    auto over = [&] { return board->left == 0 || board->first_error.has_value(); };
+    if (!over()) {
+      WaitGuard guard;  // a wait that blocks follows Future::wait's rules
+      board->cv.wait(lock, over);
+    }
+    failed = board->first_error;
+  }
+  if (failed) throw_rpc_error(std::move(*failed));
+}
+
 }  // namespace castor::detail

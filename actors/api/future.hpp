@@ -82,21 +82,37 @@ class FutureCore {
     run(std::move(cb));
   }
 
+  /// Runs `cb` on the completing thread as soon as done (at once if done
+  /// already), without the runner: for waits that must wake at once
+  /// (wait_all). `cb` must be short and must not block.
+  void add_inline_callback(std::function<void()> cb) {
+    {
+      std::lock_guard<std::mutex> lock(mtx_);
+      if (!done_) {
+        inline_callbacks_.push_back(std::move(cb));
+        return;
+      }
+    }
+    cb();
+  }
+
   const CallbackRunner& runner() const { return runner_; }
 
  protected:
   /// Completes under the lock via `set`; false if already completed.
   template <class F>
   bool complete(F&& set) {
-    std::vector<std::function<void()>> cbs;
+    std::vector<std::function<void()>> cbs, inline_cbs;
     {
       std::lock_guard<std::mutex> lock(mtx_);
       if (done_) return false;
       set();
       done_ = true;
       cbs.swap(callbacks_);
+      inline_cbs.swap(inline_callbacks_);
     }
     cv_.notify_all();
+    for (auto& cb : inline_cbs) cb();
     for (auto& cb : cbs) run(std::move(cb));
     return true;
   }
@@ -117,6 +133,7 @@ class FutureCore {
   bool done_ = false;
   std::optional<ErrorInfo> error_;
   std::vector<std::function<void()>> callbacks_;
+  std::vector<std::function<void()>> inline_callbacks_;  // run by complete() itself
   CallbackRunner runner_;
 
   template <class U>
@@ -332,11 +349,21 @@ auto Future<T>::then(F&& f) const {
   return next.future();
 }
 
-/// Waits for every future; returns their values in order. The first error
-/// (in order) is thrown, like torch.futures.wait_all.
+namespace detail {
+/// Blocks until every future is done, or until the first of them fails:
+/// then throws that error at once (the others go on, unwatched).
+void wait_all_or_first_error(const std::vector<FutureCore*>& futures);
+}  // namespace detail
+
+/// Waits for every future; returns their values in order. Like
+/// torch.futures.wait_all, it leaves at the first error to arrive and
+/// throws it, without waiting for the futures still running.
 template <class T>
 auto wait_all(const std::vector<Future<T>>& futures) {
-  for (const auto& f : futures) f.state()->wait_done(std::nullopt);
+  std::vector<detail::FutureCore*> cores;
+  cores.reserve(futures.size());
+  for (const auto& f : futures) cores.push_back(f.state().get());
+  detail::wait_all_or_first_error(cores);
   if constexpr (std::is_void<T>::value) {
     for (const auto& f : futures) f.value();
   } else {

@@ -67,6 +67,7 @@ const char* kind_name(castor::ErrorKind k) {
     case castor::ErrorKind::Shutdown: return "shutdown";
     case castor::ErrorKind::Internal: return "internal";
     case castor::ErrorKind::Autograd: return "autograd";
+    case castor::ErrorKind::OwnerDied: return "owner_died";
   }
   return "unknown";
 }

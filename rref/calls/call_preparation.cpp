@@ -107,12 +107,13 @@ void fork_confirmed_for(context_pointer self, const std::vector<PreparedCallId>&
   for (auto id : calls) run_ready(self, self->state.prepared.done(id));
 }
 
-void fork_lost_for(context_pointer self, const std::vector<PreparedCallId>& calls, WorkerId owner) {
+void fork_lost_for(context_pointer self, const std::vector<PreparedCallId>& calls, WorkerId owner, RRefId rref) {
   auto who = self->state.rt->name_of(owner);
+  auto what = rref.valid() ? "RRef " + to_string(rref) : std::string("an RRef argument");
   for (auto id : calls)
-    run_ready(self, self->state.prepared.done(id, make_error(ErrorKind::Unreachable, who,
-                                                             "worker " + who +
-                                                                 ", the owner of an RRef argument, is unreachable")));
+    run_ready(self, self->state.prepared.done(id, make_error(ErrorKind::OwnerDied, who,
+                                                             "worker " + self->state.rt->name() + ": " + what +
+                                                                 " cannot be used: its owner, worker " + who + ", died")));
 }
 
 }  // namespace castor::detail

@@ -21,6 +21,7 @@ void on_argument_ready(context_pointer self, ArgumentReady&& r);
 void fork_confirmed_for(context_pointer self, const std::vector<PreparedCallId>& calls);
 
 /// The owner of a fork that `calls` waited for died (ForkTable::peer_down).
-void fork_lost_for(context_pointer self, const std::vector<PreparedCallId>& calls, WorkerId owner);
+/// The owner of RRef arguments of `calls` died (of `rref`, if known): they fail with OwnerDied.
+void fork_lost_for(context_pointer self, const std::vector<PreparedCallId>& calls, WorkerId owner, RRefId rref = {});
 
 }  // namespace castor::detail

@@ -108,6 +108,8 @@ TEST_CASE("an owner that dies makes to_here fail within 5 s naming it, its users
   auto w0 = init_rpc(test::local_options(0, 2, port));
   auto on_child = w0.remote<at::Tensor>("worker1", "identity", at::ones({2}));
   CHECK(at::equal(on_child.to_here(), at::ones({2})));
+  auto counter = w0.remote<Counter>("worker1", "Counter", 5);
+  CHECK(counter.rpc_sync<int64_t>("add", 1) == 6);
   // The child holds a fork of a value we own.
   auto mine = w0.make_rref(at::ones({3}));
   CHECK(w0.rpc_sync<bool>("worker1", "hold", "m", mine));
@@ -118,12 +120,23 @@ TEST_CASE("an owner that dies makes to_here fail within 5 s naming it, its users
   bounded(milliseconds(10000), "to_here on a dead owner", [&] {
     try {
       on_child.to_here();
-    } catch (const UnreachableError& e) {
+    } catch (const OwnerDiedError& e) {  // an UnreachableError that names the RRef
       msg = e.what();
     }
   });
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
-  CHECK(msg.find("worker worker1 is unreachable") != std::string::npos);
+  CHECK(msg.find("its owner, worker worker1, died") != std::string::npos);
+  CHECK(msg.find("RRef rref") != std::string::npos);
+  // A method call on an object of the dead owner fails the same way, and is
+  // still an UnreachableError for code that catches those.
+  std::string method_error;
+  try {
+    counter.rpc_sync<int64_t>("add", 1);
+  } catch (const UnreachableError& e) {
+    method_error = e.what();
+    CHECK(dynamic_cast<const OwnerDiedError*>(&e) != nullptr);
+  }
+  CHECK(method_error.find("its owner, worker worker1, died") != std::string::npos);
   // The dead worker's fork counts as deleted: our value is freed with our handle.
   CHECK(eventually([&] { return w0.rref_debug_info().at("num_forks") == 0; }));
   { auto drop = std::move(mine); }
