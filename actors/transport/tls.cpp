@@ -45,6 +45,7 @@
 #include <memory>
 
 #include "actors/api/errors.hpp"
+#include "actors/transport/tls_session.hpp"
 
 namespace castor::detail {
 namespace {
@@ -63,15 +64,6 @@ std::string openssl_errors() {
   return out.empty() ? "unknown OpenSSL error" : out;
 }
 
-int passphrase_callback(char* buf, int size, int, void* user) {
-  const auto* pass = static_cast<const std::string*>(user);
-  if (!pass || size <= 0) return 0;
-  auto n = std::min<size_t>(pass->size(), size_t(size - 1));
-  std::memcpy(buf, pass->data(), n);
-  buf[n] = 0;
-  return int(n);
-}
-
 }  // namespace
 
 void check_tls(const WorkerOptions& opts) {
@@ -88,7 +80,7 @@ void check_tls(const WorkerOptions& opts) {
   ERR_clear_error();
   std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)> ctx(SSL_CTX_new(TLS_method()), SSL_CTX_free);
   if (!ctx) refuse(opts, "cannot create an OpenSSL context: " + openssl_errors());
-  SSL_CTX_set_default_passwd_cb(ctx.get(), passphrase_callback);
+  SSL_CTX_set_default_passwd_cb(ctx.get(), tls_passphrase_callback);
   SSL_CTX_set_default_passwd_cb_userdata(ctx.get(), const_cast<std::string*>(&t.passphrase));
   if (SSL_CTX_use_certificate_chain_file(ctx.get(), t.certificate.c_str()) != 1)
     refuse(opts, "the certificate file " + t.certificate + " is not a PEM certificate: " + openssl_errors());

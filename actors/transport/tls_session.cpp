@@ -79,7 +79,9 @@ std::string take_errors() {
   return out;
 }
 
-int passphrase_callback(char* buf, int size, int, void* user) {
+}  // namespace
+
+int tls_passphrase_callback(char* buf, int size, int, void* user) {
   const auto* pass = static_cast<const std::string*>(user);
   if (!pass || size <= 0) return 0;
   auto n = std::min<size_t>(pass->size(), size_t(size - 1));
@@ -87,8 +89,6 @@ int passphrase_callback(char* buf, int size, int, void* user) {
   buf[n] = 0;
   return int(n);
 }
-
-}  // namespace
 
 void SslDeleter::operator()(SSL* ssl) const { SSL_free(ssl); }
 
@@ -103,7 +103,7 @@ TlsContext::TlsContext(const TlsOptions& opts) : passphrase_(opts.passphrase) {
   };
   if (!ctx_) fail("cannot create an OpenSSL context");
   SSL_CTX_set_min_proto_version(ctx_, TLS1_2_VERSION);
-  SSL_CTX_set_default_passwd_cb(ctx_, passphrase_callback);
+  SSL_CTX_set_default_passwd_cb(ctx_, tls_passphrase_callback);
   SSL_CTX_set_default_passwd_cb_userdata(ctx_, &passphrase_);
   if (SSL_CTX_use_certificate_chain_file(ctx_, opts.certificate.c_str()) != 1)
     fail("cannot load the certificate " + opts.certificate);

@@ -15,6 +15,10 @@ using SSL_CTX = struct ssl_ctx_st;
 
 namespace castor::detail {
 
+/// OpenSSL's pem_password_cb for an encrypted key: `user` points to the
+/// passphrase (a std::string). Used by TlsContext and by check_tls.
+int tls_passphrase_callback(char* buf, int size, int rwflag, void* user);
+
 /// Owns an SSL session (SSL_free on destruction).
 struct SslDeleter {
   void operator()(SSL* ssl) const;

@@ -10,6 +10,7 @@
 #include "optimizer/dist_optimizer.hpp"
 #include "optimizer/remote_module.hpp"
 #include "support/cluster.hpp"
+#include "support/libtorch_optimizers.hpp"
 #include "support/test_functions.hpp"
 
 using namespace castor;
@@ -18,27 +19,6 @@ using castor::test::LocalWorld;
 using std::chrono::milliseconds;
 
 namespace {
-
-std::unique_ptr<torch::optim::Optimizer> local_optimizer(const optim::Spec& spec, std::vector<torch::Tensor> ps) {
-  namespace to = torch::optim;
-  if (auto* s = std::get_if<optim::SGD>(&spec))
-    return std::make_unique<to::SGD>(ps, to::SGDOptions(s->lr).momentum(s->momentum).dampening(s->dampening)
-                                             .weight_decay(s->weight_decay).nesterov(s->nesterov));
-  if (auto* s = std::get_if<optim::Adam>(&spec))
-    return std::make_unique<to::Adam>(ps, to::AdamOptions(s->lr).betas({s->beta1, s->beta2}).eps(s->eps)
-                                              .weight_decay(s->weight_decay).amsgrad(s->amsgrad));
-  if (auto* s = std::get_if<optim::AdamW>(&spec))
-    return std::make_unique<to::AdamW>(ps, to::AdamWOptions(s->lr).betas({s->beta1, s->beta2}).eps(s->eps)
-                                               .weight_decay(s->weight_decay).amsgrad(s->amsgrad));
-  if (auto* s = std::get_if<optim::Adagrad>(&spec))
-    return std::make_unique<to::Adagrad>(ps, to::AdagradOptions(s->lr).lr_decay(s->lr_decay)
-                                                 .weight_decay(s->weight_decay)
-                                                 .initial_accumulator_value(s->initial_accumulator_value).eps(s->eps));
-  auto* s = std::get_if<optim::RMSprop>(&spec);
-  return std::make_unique<to::RMSprop>(ps, to::RMSpropOptions(s->lr).alpha(s->alpha).eps(s->eps)
-                                               .weight_decay(s->weight_decay).momentum(s->momentum)
-                                               .centered(s->centered));
-}
 
 // A 2-worker model-parallel MLP: layer 1 on worker1 (RemoteModule), layer 2
 // here; K steps with distributed autograd and a DistributedOptimizer, then the
@@ -64,7 +44,7 @@ void check_equivalence(LocalWorld& world, const optim::Spec& spec, int steps) {
   }
   std::vector<torch::Tensor> ref_params = ref1->parameters();
   for (auto& p : ref2->parameters()) ref_params.push_back(p);
-  auto ref_opt = local_optimizer(spec, ref_params);
+  auto ref_opt = castor::test::libtorch_optimizer(spec, ref_params);
 
   for (int k = 0; k < steps; ++k) {
     auto x = torch::randn({5, 4});

@@ -10,33 +10,12 @@
 #include "engine/context.hpp"
 #include "optimizer/local_optimizer.hpp"
 #include "support/cluster.hpp"
+#include "support/libtorch_optimizers.hpp"
 
 using namespace castor;
 using std::chrono::milliseconds;
 
 namespace {
-
-// The reference: libtorch's optimizer, built independently of castor's.
-std::unique_ptr<torch::optim::Optimizer> libtorch_optimizer(const optim::Spec& spec, std::vector<torch::Tensor> ps) {
-  namespace to = torch::optim;
-  if (auto* s = std::get_if<optim::SGD>(&spec))
-    return std::make_unique<to::SGD>(ps, to::SGDOptions(s->lr).momentum(s->momentum).dampening(s->dampening)
-                                             .weight_decay(s->weight_decay).nesterov(s->nesterov));
-  if (auto* s = std::get_if<optim::Adam>(&spec))
-    return std::make_unique<to::Adam>(ps, to::AdamOptions(s->lr).betas({s->beta1, s->beta2}).eps(s->eps)
-                                              .weight_decay(s->weight_decay).amsgrad(s->amsgrad));
-  if (auto* s = std::get_if<optim::AdamW>(&spec))
-    return std::make_unique<to::AdamW>(ps, to::AdamWOptions(s->lr).betas({s->beta1, s->beta2}).eps(s->eps)
-                                               .weight_decay(s->weight_decay).amsgrad(s->amsgrad));
-  if (auto* s = std::get_if<optim::Adagrad>(&spec))
-    return std::make_unique<to::Adagrad>(ps, to::AdagradOptions(s->lr).lr_decay(s->lr_decay)
-                                                 .weight_decay(s->weight_decay)
-                                                 .initial_accumulator_value(s->initial_accumulator_value).eps(s->eps));
-  auto* s = std::get_if<optim::RMSprop>(&spec);
-  return std::make_unique<to::RMSprop>(ps, to::RMSpropOptions(s->lr).alpha(s->alpha).eps(s->eps)
-                                               .weight_decay(s->weight_decay).momentum(s->momentum)
-                                               .centered(s->centered));
-}
 
 // One worker, alone in its world, in this process.
 Worker one_worker() {
@@ -77,7 +56,7 @@ TEST_CASE("a local optimizer steps like libtorch's with the same options, for ev
     auto wt = leaf(torch::randn({3, 2})), bias = leaf(torch::randn({2}));
     auto ref_w = leaf(wt), ref_b = leaf(bias), start = wt.detach().clone();
     auto id = castor::detail::create_local_optimizer(castor::detail::services(w), spec, {wt, bias}).wait(milliseconds(20000));
-    auto ref = libtorch_optimizer(spec, {ref_w, ref_b});
+    auto ref = castor::test::libtorch_optimizer(spec, {ref_w, ref_b});
     for (int k = 0; k < 4; ++k) {  // several steps: momentum and running averages matter
       auto x = torch::randn({5, 3});
       context_step(w, id, [&] { return loss_of(x, wt, bias); });
