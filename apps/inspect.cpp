@@ -144,6 +144,14 @@ std::string render_inspection(const std::string& snapshot_json) {
     per_peer += " " + peer + "=" + std::to_string(count.get<int64_t>());
   out += row("\nCALLS IN FLIGHT  ours:%s  theirs here: %lld", per_peer.empty() ? " none" : per_peer.c_str(),
              (long long)calls["incoming_in_flight"].get<int64_t>());
+  if (calls.contains("running")) {
+    n = 0;
+    for (auto& c : calls["running"]) {
+      if (n++ == kMaxRows) break;
+      out += row("  running %-20s from %-12s %7s", ("'" + c["function"].get<std::string>() + "'").c_str(),
+                 c["caller"].get<std::string>().c_str(), age(c["age_ms"].get<int64_t>()).c_str());
+    }
+  }
 
   out += "\nMESSAGES HANDLED\n";
   std::string line = " ";

@@ -81,7 +81,7 @@ constexpr int64_t kMaxMs = int64_t(7) * 24 * 3600 * 1000;
 void read_options(Reader& r, const json& o, WorkerOptions& opts) {
   if (!o.is_object()) r.fail("options", "expected an object, got " + Reader::describe(o));
   r.warn_unknown(o, "options",
-                 {"rpc_timeout_ms", "init_timeout_ms", "num_worker_threads", "eager_worker_threads", "max_worker_threads", "intra_op_threads",
+                 {"rpc_timeout_ms", "init_timeout_ms", "shutdown_timeout_ms", "num_worker_threads", "eager_worker_threads", "max_worker_threads", "intra_op_threads",
                   "autograd_mode", "max_message_bytes", "bulk_threshold_bytes", "bulk_same_host", "heartbeat_ms", "connection_timeout_ms", "caf_config_file",
                   "greeting_timeout_ms", "caf"});
   if (o.contains("rpc_timeout_ms"))
@@ -89,6 +89,9 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
   if (o.contains("init_timeout_ms"))
     opts.init_timeout =
         std::chrono::milliseconds(r.integer(o["init_timeout_ms"], "options.init_timeout_ms", 1, kMaxMs));
+  if (o.contains("shutdown_timeout_ms"))
+    opts.shutdown_timeout =
+        std::chrono::milliseconds(r.integer(o["shutdown_timeout_ms"], "options.shutdown_timeout_ms", 1, kMaxMs));
   if (o.contains("num_worker_threads"))
     opts.num_worker_threads = size_t(r.integer(o["num_worker_threads"], "options.num_worker_threads", 1, 4096));
   if (o.contains("eager_worker_threads"))

@@ -12,7 +12,8 @@
 //     ],
 //     "tls": {"certificate": "certs/node.pem", "key": "certs/node.key", "ca": "certs/ca.pem"},
 //     "secret_file": "cluster.secret",                          // or "secret": "..." (at least 16 characters)
-//     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "num_worker_threads": 16,
+//     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "shutdown_timeout_ms": 60000,
+//                 "num_worker_threads": 16,
 //                 "eager_worker_threads": 0, "max_worker_threads": 256, "intra_op_threads": 0,
 //                 "autograd_mode": "smart",
 //                 "max_message_bytes": 1073741824, "bulk_threshold_bytes": 262144, "bulk_same_host": true,

@@ -16,10 +16,12 @@ using probe_atom = caf::atom_constant<caf::atom("c_probe")>;
 using shutdown_atom = caf::atom_constant<caf::atom("c_shutdown")>;
 using done_atom = caf::atom_constant<caf::atom("c_done")>;
 using stop_atom = caf::atom_constant<caf::atom("c_stop")>;
+using deadline_atom = caf::atom_constant<caf::atom("c_deadline")>;
 using info_atom = caf::atom_constant<caf::atom("c_info")>;
 using released_atom = caf::atom_constant<caf::atom("r_released")>;
 using peer_down_atom = caf::atom_constant<caf::atom("r_peerdown")>;
 using retry_atom = caf::atom_constant<caf::atom("r_retry")>;
 using owner_gone_atom = caf::atom_constant<caf::atom("r_gone")>;
+using create_by_atom = caf::atom_constant<caf::atom("r_createby")>;
 
 }  // namespace castor

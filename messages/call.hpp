@@ -33,6 +33,7 @@ struct CallRequest {
                             // (its rref id and the creator's fork), and the
                             // reply only acknowledges it
   AutogradMeta autograd;    // the caller's autograd context, if any
+  int64_t create_within_ms = 0;  // remote(): the owner fails the value if not made by then (0: no bound)
   std::string malformed{};    // receiver side: why decoding failed, see Note [Hostile input] (never sent)
 
   bool is_remote() const { return result_to.rref_id.valid(); }
@@ -43,7 +44,7 @@ struct CallRequest {
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value) {
       return wire::decode_or_mark(f, x.malformed, [&]() -> caf::error {
         if (auto err = f(x.id, x.caller, wire::checked(x.function), wire::checked(x.args), kind, x.target,
-                         x.result_to, x.autograd))
+                         x.result_to, x.autograd, x.create_within_ms))
           return err;
         if (kind > uint8_t(CallKind::fetch)) return wire::refuse("unknown call kind " + std::to_string(kind));
         x.kind = CallKind(kind);
@@ -51,7 +52,7 @@ struct CallRequest {
       });
     } else {
       return f(caf::meta::type_name("castor::CallRequest"), x.id, x.caller, wire::checked(x.function),
-               wire::checked(x.args), kind, x.target, x.result_to, x.autograd);
+               wire::checked(x.args), kind, x.target, x.result_to, x.autograd, x.create_within_ms);
     }
   }
 };

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include <caf/meta/type_name.hpp>
 
@@ -17,11 +19,12 @@ struct TerminationReport {
   uint64_t sent = 0;      // counted messages this worker sent, ever
   uint64_t received = 0;  // counted messages this worker handled, ever
   bool idle = false;      // no call running, queued or awaiting a reply here
+  std::vector<std::string> running;  // requests served here now, described (Note [Shutdown bound])
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, TerminationReport& x) {
     return f(caf::meta::type_name("castor::TerminationReport"), x.round, x.rank, x.sent,
-             x.received, x.idle);
+             x.received, x.idle, x.running);
   }
 };
 

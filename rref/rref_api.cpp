@@ -32,11 +32,20 @@ ErrorInfo owner_failure(const RRefState& s, ErrorInfo e) {
                    "RRef " + to_string(s.id) + ": its owner, worker " + s.owner_name + ", died (" + e.message + ")"};
 }
 
+// The error of a use of `s` whose creating call failed: names the RRef and
+// its owner (a timed-out remote() says so, like PyTorch's next use does).
+ErrorInfo creation_failure(const RRefState& s, ErrorInfo e) {
+  if (e.kind != ErrorKind::Timeout) return owner_failure(s, std::move(e));
+  if (e.message.rfind("RRef ", 0) == 0) return e;  // the owner's own words already name it
+  e.message = "RRef " + to_string(s.id) + ": creating its value on worker " + s.owner_name + " failed: " + e.message;
+  return e;
+}
+
 void check_usable(const RRefStatePtr& s) {
   if (s->released.load())
     throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, s->owner_name,
                                   "RRef " + to_string(s->id) + " was released by this worker's shutdown"});
-  if (auto failed = s->creation_error()) throw_rpc_error(owner_failure(*s, std::move(*failed)));
+  if (auto failed = s->creation_error()) throw_rpc_error(creation_failure(*s, std::move(*failed)));
   // An owner already dead in this worker's world fails the use at once.
   if (auto rt = s->rt.lock(); rt && !s->is_owner()) {
     const auto& world = rt->world();
@@ -68,6 +77,7 @@ RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::str
   rr.convert_arguments(req, args);
   req.args = std::move(args);
   auto id = rr.rref_ids.next();
+  if (timeout) req.create_within_ms = timeout->count();
   RRefStatePtr state;
   if (owner == rt.rank()) {
     // remote() to ourselves: we own the result; the handle is an owner's.
@@ -103,6 +113,7 @@ RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& 
   req.target = target->id;
   req.args = std::move(args);
   auto id = rr.rref_ids.next();
+  if (timeout) req.create_within_ms = timeout->count();
   auto owner = target->owner;
   RRefStatePtr state;
   if (owner == rt->rank()) {

@@ -145,6 +145,19 @@ void on_owner_registered(context_pointer self, const OwnerRegistration& r) {
   }
 }
 
+// remote()'s timeout bounds the creation of the value (as in PyTorch): past
+// it the value is an error, which every use of the RRef then gets, on any
+// worker (to_here, method calls, a fork passed on); the function's result,
+// should it come later, is dropped (a Holder is set once).
+void on_creation_due(context_pointer self, RRefId id, int64_t limit_ms) {
+  auto* slot = owner_slot(self, id, false);
+  if (!slot || slot->holder->is_set()) return;
+  auto* rt = self->state.rt;
+  slot->holder->set_error(ErrorInfo{ErrorKind::Timeout, rt->name(),
+                                    "RRef " + to_string(id) + ": its value was not created on worker " + rt->name() +
+                                        " within " + std::to_string(limit_ms) + " ms (the timeout of remote())"});
+}
+
 void on_owner_gone(context_pointer self, RRefId id) {
   self->state.owners.ended(id, std::chrono::steady_clock::now());
   self->state.rr->owner_index().removed(id);
@@ -175,6 +188,7 @@ context_behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
       [self](shutdown_atom) { release_all(self); },
       [self](retry_atom) { retry_due(self); },
       [self](owner_gone_atom, RRefId id) { on_owner_gone(self, id); },
+      [self](create_by_atom, RRefId id, int64_t limit_ms) { on_creation_due(self, id, limit_ms); },
   };
 }
 

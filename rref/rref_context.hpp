@@ -143,7 +143,8 @@ using rref_context_actor = caf::typed_actor<
     caf::reacts_to<peer_down_atom, WorkerId>,
     caf::reacts_to<shutdown_atom>,      // graceful shutdown began: release every local handle
     caf::reacts_to<retry_atom>,         // resend unacknowledged control messages
-    caf::reacts_to<owner_gone_atom, RRefId>>;
+    caf::reacts_to<owner_gone_atom, RRefId>,
+    caf::reacts_to<create_by_atom, RRefId, int64_t>>;  // remote()'s bound for creating a value is due
 
 class RRefRuntime;
 

@@ -1,8 +1,12 @@
 // Worker: init_rpc, the call entry point, worker info, shutdown.
 #include "actors/api/worker.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <future>
+#include <mutex>
 #include <thread>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <caf/logger.hpp>
@@ -31,6 +35,20 @@ void set_intra_op_threads(const detail::Runtime& rt) {
     n = std::max(1, cores / std::max(1, here));
   }
   at::set_num_threads(n);
+}
+
+// B3 of Note [Shutdown bound]: after a graceful shutdown that ran out of
+// time, running user code has this long to return before it is left behind.
+constexpr auto kLateCodeGrace = std::chrono::milliseconds(200);
+
+// A runtime whose executor left threads in user code is never freed: they
+// still point into it when their code returns. Kept reachable (not leaked)
+// so that leak checkers stay quiet.
+void park_forever(const std::shared_ptr<detail::Runtime>& rt) {
+  static std::mutex mtx;
+  static auto* parked = new std::vector<std::shared_ptr<detail::Runtime>>();
+  std::lock_guard<std::mutex> lock(mtx);
+  parked->push_back(rt);
 }
 
 }  // namespace
@@ -216,6 +234,7 @@ void Worker::shutdown(bool graceful) {
   if (detail::on_caf_thread())
     throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, rt.name(), "shutdown() cannot run on a CAF scheduler thread"});
   std::optional<ErrorInfo> error;
+  auto began = std::chrono::steady_clock::now();
   if (rt.actor && rt.state.load() != detail::RunState::stopped) {
     auto result = std::make_shared<std::promise<std::optional<ErrorInfo>>>();
     auto answer = result->get_future();
@@ -226,7 +245,12 @@ void Worker::shutdown(bool graceful) {
   }
   detail::unregister_process_worker(rt.view.get());
   owning_ = false;
-  rt.teardown();  // the runtime stays (stopped) so that later calls fail cleanly
+  // B3 of Note [Shutdown bound]: user code gets until the bound (and a short
+  // grace after a shutdown that already waited that long), then is left.
+  auto now = std::chrono::steady_clock::now();
+  auto user_code_deadline = std::max(began + rt.opts.shutdown_timeout, now + kLateCodeGrace);
+  rt.teardown(user_code_deadline);  // the runtime stays (stopped) so that later calls fail cleanly
+  if (rt.abandoned_threads > 0) park_forever(rt_);
   if (error) throw_rpc_error(std::move(*error));
 }
 

@@ -130,7 +130,11 @@ class Worker {
 
   /// Graceful: returns when every worker has entered shutdown and all work
   /// everywhere has finished. shutdown(false) stops at once. Throws
-  /// ShutdownError if a peer died meanwhile. Idempotent.
+  /// UnreachableError if a peer died meanwhile, and TimeoutError, naming
+  /// each call still running, if the work did not end within
+  /// WorkerOptions::shutdown_timeout of the last worker entering; user code
+  /// still running then is left behind so that the process can exit
+  /// (Note [Shutdown bound]). Idempotent.
   void shutdown(bool graceful = true);
   bool is_shut_down() const;
 

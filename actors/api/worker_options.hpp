@@ -64,6 +64,13 @@ struct WorkerOptions {
 
   std::chrono::milliseconds rpc_timeout{60000};   // default for every call
   std::chrono::milliseconds init_timeout{60000};  // until every rank has joined
+  /// Bound of a graceful shutdown, counted once every worker has entered it
+  /// (waiting for the others to enter is not bounded: they may still be
+  /// running their app). Past it shutdown() throws a TimeoutError naming
+  /// each call still running, and user code still running is left behind
+  /// so that the process can exit. Also how long shutdown(false) and the
+  /// end of a failed shutdown wait for running user code.
+  std::chrono::milliseconds shutdown_timeout{60000};
 
   size_t num_worker_threads = 16;   // most runnable executor threads
   /// Runnable executor threads while their tasks make progress; more (up to

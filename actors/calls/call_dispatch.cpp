@@ -64,7 +64,13 @@ Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallReq
   WorkerId caller_rank = req.caller;
   CallId id = req.id;
   ContextId ctx = req.autograd.context;
-  return [rt, caller = std::move(caller), id, to_self, caller_rank, ctx](Outcome o) {
+  auto ticket = rt->running.begin(req.function, req.caller);
+  return [rt, caller = std::move(caller), id, to_self, caller_rank, ctx, ticket](Outcome o) {
+    rt->running.end(ticket);
+    // Note [Shutdown bound]: a reply from user code that outlived teardown
+    // goes nowhere; while one is sent, teardown waits here.
+    std::shared_lock<std::shared_mutex> gate(rt->teardown_gate);
+    if (rt->torn_down) return;
     CallReply reply;
     reply.id = id;
     reply.ok = o.ok;

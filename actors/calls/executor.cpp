@@ -25,6 +25,12 @@
 //  E3 A thread blocked in a nested call (BlockingScope) does not count, and
 //     is replaced at once as in E1, so fan-in cannot deadlock.
 //  E4 Threads beyond `threads` (started for blocked ones) retire after 2 s idle.
+//  E5 Stopping waits for user code only until a deadline (the shutdown
+//     bound): a function stuck for ten minutes must not keep its process
+//     from exiting. Past the deadline, queued tasks are dropped and the
+//     threads still running are abandoned: each leaves once its task
+//     returns and touches nothing but this executor, which its owner keeps
+//     alive (the Runtime is then never freed, Note [Shutdown bound]).
 #include "actors/calls/executor.hpp"
 
 #include <algorithm>
@@ -161,13 +167,16 @@ void Executor::thread_main() {
     lock.lock();
     --running_;
     ++finished_;
+    if (abandoned_) break;  // E5: nothing more runs here
   }
   --threads_;
   tl_current = nullptr;
   exit_cv_.notify_all();
 }
 
-void Executor::stop() {
+void Executor::stop() { stop_until(std::chrono::steady_clock::time_point::max()); }
+
+size_t Executor::stop_until(std::chrono::steady_clock::time_point deadline) {
   std::unique_lock<std::mutex> lock(mtx_);
   stopping_ = true;
   // Queued work must still run, and the monitor is gone: every allowed
@@ -176,10 +185,26 @@ void Executor::stop() {
   for (size_t i = 0; i < queue_.size(); ++i) add_runnable_locked();
   work_cv_.notify_all();
   monitor_cv_.notify_all();
-  exit_cv_.wait(lock, [&] { return threads_ == 0; });
+  size_t left = 0;
+  if (deadline == std::chrono::steady_clock::time_point::max())
+    exit_cv_.wait(lock, [&] { return threads_ == 0; });
+  else if (!exit_cv_.wait_until(lock, deadline, [&] { return threads_ == 0; }))
+    left = abandon_locked();
   std::thread monitor = std::move(monitor_);
+  std::deque<Entry> dropped = std::move(queue_);
+  queue_.clear();
   lock.unlock();
+  dropped.clear();  // their captures are released outside the lock
   if (monitor.joinable()) monitor.join();
+  return left;
+}
+
+// E5: the idle threads leave at once (the queue is empty for them now);
+// those in user code leave when it returns.
+size_t Executor::abandon_locked() {
+  abandoned_ = true;
+  work_cv_.notify_all();
+  return running_;
 }
 
 void Executor::enter_blocking() {

@@ -4,6 +4,7 @@
 // nested calls cannot deadlock; past a hard bound new work is refused.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
@@ -41,6 +42,12 @@ class Executor : public std::enable_shared_from_this<Executor> {
   /// Finishes queued tasks, then ends every thread (also blocked ones must
   /// return first). Idempotent.
   void stop();
+
+  /// As stop(), but waits for running tasks only until `deadline` (E5).
+  /// Returns how many threads were still running user code then: they are
+  /// abandoned (each ends once its task returns; queued tasks are dropped),
+  /// and the executor must outlive them: its owner then never destroys it.
+  size_t stop_until(std::chrono::steady_clock::time_point deadline);
 
   /// Held by a pool thread while it blocks (Future::wait, rpc_sync): the pool
   /// may start another thread so that queued work keeps running.
@@ -81,6 +88,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   void monitor_main();
   bool saturated_locked() const;
   void watch_for_stall_locked();
+  size_t abandon_locked();
 
   Options opts_;
   mutable std::mutex mtx_;
@@ -99,6 +107,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
   size_t limit_ = 0;    // runnable threads wanted now (E2)
   size_t finished_ = 0; // tasks completed, the monitor's sign of progress (E2)
   bool stopping_ = false;
+  bool abandoned_ = false;  // E5: stop_until gave up on running tasks
   bool monitor_waiting_ = false;
   std::condition_variable monitor_cv_;
   std::thread monitor_;  // started on the first saturation (E2)

@@ -47,6 +47,28 @@ namespace castor::detail {
 // left after its done_atom is no failure at all. Rank 0 monitors every peer,
 // so it learns of the death itself, or its probe to the dead one fails.
 
+// Note [Shutdown bound]
+// ~~~~~~~~~~~~~~~~~~~~~
+// A call stuck in user code (a sleep of ten minutes) keeps its worker from
+// ever being idle, so the waves above would wait forever (PyTorch hangs
+// here too, its #63247). castor bounds it:
+//  B1. Rank 0 arms one timer, WorkerOptions::shutdown_timeout, once every
+//      worker has entered shutdown. Waiting for the others to enter is not
+//      bounded: they may still be running the app that rank 0's calls feed.
+//  B2. Every report carries the calls its worker is serving (RunningCalls:
+//      function, caller, since when). When the timer fires before the waves
+//      agree, rank 0 tells every peer (deadline_atom, with the running calls
+//      of the last reports), waits for their answers as in S4, and fails its
+//      own shutdown with a TimeoutError that names each call. A peer fails
+//      its shutdown with the same text. Calls that finish in time are
+//      waited for as always: only the bound ends the wait.
+//  B3. A shutdown that failed (B2, or a lost peer) still tears the worker
+//      down. The executor waits for user code only until the bound has
+//      passed (E5 of Note [Executor sizing]), then leaves its threads
+//      behind; the Runtime is then never freed, and the reply gate
+//      (Runtime::teardown_gate) drops whatever such code answers later, so
+//      nothing touches an actor system that is gone. The process can exit.
+
 namespace {
 
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
@@ -55,6 +77,26 @@ constexpr auto kWavePause = std::chrono::milliseconds(2);
 bool is_coordinator(worker_pointer self) { return self->state.rt->rank() == 0; }
 
 void on_report(worker_pointer self, TerminationReport report);
+
+std::string join(const std::vector<std::string>& parts) {
+  std::string out;
+  for (const auto& p : parts) out += (out.empty() ? "" : "; ") + p;
+  return out;
+}
+
+std::vector<std::string> running_calls_here(const Runtime& rt) {
+  std::vector<std::string> out;
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& c : rt.running.snapshot()) out.push_back(describe_running_call(rt, c, now));
+  return out;
+}
+
+std::string deadline_message(const Runtime& rt, const std::string& summary) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(rt.opts.shutdown_timeout).count());
+  return "graceful shutdown of " + rt.name() + " did not finish within " + seconds +
+         " s (WorkerOptions::shutdown_timeout): " + summary;
+}
 
 void broadcast_done(worker_pointer self) {
   auto& st = self->state;
@@ -101,6 +143,7 @@ void evaluate_wave(worker_pointer self) {
 void on_report(worker_pointer self, TerminationReport report) {
   auto& sd = self->state.shutdown;
   if (report.round != sd.round || !sd.wave_running) return;
+  sd.running[report.rank] = report.running;  // B2
   sd.reports.push_back(report);
   if (sd.reports.size() == self->state.peers.size()) evaluate_wave(self);
 }
@@ -140,6 +183,10 @@ void on_shutdown_entered_impl(worker_pointer self, WorkerId rank) {
   auto& st = self->state;
   if (!is_coordinator(self)) return;
   st.shutdown.entered.insert(rank);
+  if (st.shutdown.entered.size() == st.peers.size() && !st.shutdown.deadline_armed) {  // B1
+    st.shutdown.deadline_armed = true;
+    self->delayed_send(self, st.rt->opts.shutdown_timeout, deadline_atom::value);
+  }
   if (st.shutdown.entered.size() == st.peers.size() && !st.shutdown.wave_running) start_wave_impl(self);
 }
 
@@ -180,6 +227,7 @@ TerminationReport local_report_impl(worker_pointer self, int64_t round) {
   rep.sent = rt->counters.sent.load();
   rep.received = rt->counters.received.load();
   rep.idle = idle;
+  if (!idle) rep.running = running_calls_here(*rt);  // B2
   return rep;
 }
 
@@ -214,9 +262,44 @@ void fail_shutdown_impl(worker_pointer self, WorkerId rank) {
   auto* rt = st.rt;
   if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
   auto who = rt->name_of(rank);
+  auto running = join(running_calls_here(*rt));
   finish_shutdown_impl(self, make_error(ErrorKind::Unreachable, who,
                                         "graceful shutdown of " + rt->name() + " failed: worker " + who +
-                                            " is unreachable"));
+                                            " is unreachable" + (running.empty() ? "" : "; still running: " + running)));
+}
+
+void on_shutdown_deadline_impl(worker_pointer self) {
+  auto& st = self->state;
+  auto& sd = st.shutdown;
+  auto* rt = st.rt;
+  if (!is_coordinator(self) || !sd.requested || sd.finishing || rt->state.load() == RunState::stopped) return;
+  // B2: what the last reports said, and what runs here now.
+  sd.running[rt->rank()] = running_calls_here(*rt);
+  std::vector<std::string> all;
+  for (const auto& [rank, calls] : sd.running) all.insert(all.end(), calls.begin(), calls.end());
+  auto summary = all.empty() ? std::string("no call is running, but the workers did not agree that all work had ended")
+                             : "still running: " + join(all);
+  auto error = make_error(ErrorKind::Timeout, rt->name(), deadline_message(*rt, summary));
+  sd.finishing = true;
+  sd.acks_missing = 0;
+  for (size_t r = 0; r < st.peers.size(); ++r) {
+    if (WorkerId(r) == rt->rank() || !peer_usable(self, WorkerId(r))) continue;
+    ++sd.acks_missing;
+    auto on_answer = [self, error] {
+      if (--self->state.shutdown.acks_missing == 0) finish_shutdown_impl(self, error);
+    };
+    self->request(st.peers[r]->handle, std::chrono::seconds(5), deadline_atom::value, summary)
+        .then([on_answer](bool) { on_answer(); }, [on_answer](caf::error&) { on_answer(); });
+  }
+  if (sd.acks_missing == 0) finish_shutdown_impl(self, std::move(error));
+}
+
+bool on_shutdown_deadline_from_coordinator_impl(worker_pointer self, const std::string& summary) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return true;
+  finish_shutdown_impl(self, make_error(ErrorKind::Timeout, rt->name(), deadline_message(*rt, summary)));
+  return true;
 }
 
 }  // namespace castor::detail

@@ -80,6 +80,12 @@ json snapshot(Runtime& rt) {
   auto& by_peer = calls["outgoing_in_flight"] = json::object();
   for (auto& [to, n] : rt.pending.count_by_peer()) by_peer[rt.name_of(to)] = n;
   calls["incoming_in_flight"] = rt.counters.in_flight.load();
+  auto& running = calls["running"] = json::array();  // oldest first
+  auto now = std::chrono::steady_clock::now();
+  for (const auto& c : rt.running.snapshot())
+    running.push_back({{"function", c.function},
+                       {"caller", rt.name_of(c.caller)},
+                       {"age_ms", std::chrono::duration_cast<std::chrono::milliseconds>(now - c.since).count()}});
   calls["messages_sent"] = rt.counters.sent.load();
   calls["messages_received"] = rt.counters.received.load();
 

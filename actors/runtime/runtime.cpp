@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <caf/send.hpp>
 
 #include "actors/api/worker.hpp"
@@ -20,12 +22,28 @@ Runtime::Runtime(WorkerOptions o) : opts(std::move(o)) {
 
 Runtime::~Runtime() { teardown(); }
 
-void Runtime::teardown() {
+void Runtime::teardown(std::chrono::steady_clock::time_point user_code_deadline) {
   // Teardown order: nobody new at the door (its thread hands connections to
-  // the actor system), no user code left (executor), then the actors, then
-  // the actor system (which waits for them), then its config.
+  // the actor system), no user code left (executor, until its deadline),
+  // the reply gate closed, then the actors, then the actor system (which
+  // waits for them), then its config.
   if (transport) transport->stop();
-  if (executor) executor->stop();
+  if (executor) {
+    auto calls = running.snapshot();
+    if (auto left = executor->stop_until(user_code_deadline)) {
+      abandoned_threads += left;
+      std::string what;
+      auto now = std::chrono::steady_clock::now();
+      for (const auto& c : calls)
+        what += (what.empty() ? "" : ", ") + describe_running_call(*this, c, now);
+      std::fprintf(stderr, "castor[%s]: %zu thread(s) still in user code at the end of shutdown were left behind%s%s\n",
+                   name().c_str(), left, what.empty() ? "" : ": ", what.c_str());
+    }
+  }
+  {
+    std::unique_lock<std::shared_mutex> gate(teardown_gate);
+    torn_down = true;
+  }
   if (bulk) bulk->stop();  // its readers deliver to the actor: stop them first
   if (rrefs) rrefs->stop();
   if (autograd) autograd->stop();
@@ -37,6 +55,14 @@ void Runtime::teardown() {
   cfg.reset();
   state.store(RunState::stopped);
   view.reset();  // breaks the cycle runtime -> view -> runtime
+}
+
+std::string describe_running_call(const Runtime& rt, const RunningCalls::Entry& call,
+                                  std::chrono::steady_clock::time_point now) {
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.1f", std::chrono::duration<double>(now - call.since).count());
+  return "'" + call.function + "' on " + rt.name() + ", called by " + rt.name_of(call.caller) + ", running for " +
+         seconds + " s";
 }
 
 bool Runtime::post(Executor::Task task, Executor::Task reject) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 
 #include <caf/actor.hpp>
@@ -17,6 +18,7 @@
 #include "actors/api/worker_options.hpp"
 #include "actors/calls/executor.hpp"
 #include "actors/calls/pending_calls.hpp"
+#include "actors/calls/running_calls.hpp"
 #include "actors/cluster/world.hpp"
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/hooks/rref_hooks.hpp"
@@ -77,13 +79,24 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   // -- shared, thread-safe -------------------------------------------------------
   IdGenerator<CallId> call_ids;
   PendingCalls pending;  // see Note [Direct sends]
+  RunningCalls running;  // requests from others served here (Note [Shutdown bound])
   IdGenerator<TransferId> transfer_ids;
   MessageCounters counters;
   MessageStats stats;  // inspection: messages by type, call latencies
   std::atomic<RunState> state{RunState::starting};
 
   /// Stops the door, the executor, the actors and the actor system. Idempotent.
-  void teardown();
+  /// User code still running at `user_code_deadline` is abandoned (E5 of
+  /// Note [Executor sizing]); `abandoned_threads` then says how many.
+  void teardown(std::chrono::steady_clock::time_point user_code_deadline =
+                    std::chrono::steady_clock::time_point::max());
+  size_t abandoned_threads = 0;
+
+  /// Held (shared) by every reply to a request served here; teardown takes
+  /// it exclusively to close it: user code that returns after teardown
+  /// (abandoned, Note [Shutdown bound]) sends nothing into a system gone.
+  std::shared_mutex teardown_gate;
+  bool torn_down = false;  // guarded by teardown_gate
 
   /// Starts a call from any thread (see Note [Direct sends]); `done` runs
   /// exactly once, on the actor's thread or, for early failures, right here.
@@ -99,6 +112,10 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
 /// What this worker sends to the name store (rank 0 keeps its own as the
 /// reference every joiner must match).
 JoinRequest make_join_request(const Runtime& rt);
+
+/// "'f' on worker1, called by worker0, running for 3.2 s".
+std::string describe_running_call(const Runtime& rt, const RunningCalls::Entry& call,
+                                  std::chrono::steady_clock::time_point now);
 
 /// The runtime behind a Worker (actors/ only).
 Runtime& runtime_of(const Worker& w);

@@ -120,6 +120,10 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](ShutdownCommand& cmd) { begin_shutdown_impl(self, std::move(cmd)); },
       [self](shutdown_atom, WorkerId rank) { on_shutdown_entered_impl(self, rank); },
       [self](probe_atom) { start_wave_impl(self); },
+      [self](deadline_atom) { on_shutdown_deadline_impl(self); },
+      [self](deadline_atom, std::string& summary) {
+        return on_shutdown_deadline_from_coordinator_impl(self, summary);
+      },
       [self](stop_atom, WorkerId rank) { fail_shutdown_impl(self, rank); },
       [self](probe_atom, int64_t round) { return local_report_impl(self, round); },
       [self](done_atom) {

@@ -62,6 +62,7 @@ using worker_peer = caf::typed_actor<
     caf::replies_to<joined_atom, WorkerId>::with<bool>,                // init barrier (rank 0)
     caf::reacts_to<shutdown_atom, WorkerId>,                           // a worker entered shutdown (rank 0)
     caf::replies_to<probe_atom, int64_t>::with<TerminationReport>,     // termination wave
+    caf::replies_to<deadline_atom, std::string>::with<bool>,           // shutdown past its bound (rank 0 says)
     caf::replies_to<done_atom>::with<bool>>;                           // everyone is done
 
 /// The full interface: peers' messages plus the local API's.
@@ -71,6 +72,7 @@ using worker_actor = worker_peer::extend<
     caf::reacts_to<running_atom>,                                   // init: done; run the held calls
     caf::reacts_to<sweep_atom>,                                     // call deadlines are due
     caf::reacts_to<probe_atom>,                                     // start a termination wave (rank 0)
+    caf::reacts_to<deadline_atom>,                                  // the shutdown bound is due (rank 0)
     caf::reacts_to<stop_atom, WorkerId>,                            // a peer lost during shutdown: fail now?
     caf::reacts_to<ShutdownCommand>>;
 

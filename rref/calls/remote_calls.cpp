@@ -42,6 +42,9 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
   if (req.is_remote()) {
     result = create_result_slot(self, req);
     if (!result) return reply(Outcome::failure(gone_error(self, req.result_to.rref_id)));
+    if (req.create_within_ms > 0 && !result->is_set())  // see on_creation_due
+      self->delayed_send(self, std::chrono::milliseconds(req.create_within_ms), create_by_atom::value,
+                         req.result_to.rref_id, req.create_within_ms);
   }
   switch (req.kind) {
     case CallKind::function: {

@@ -135,6 +135,44 @@ TEST_CASE("an RRef whose creating call failed gives that error on to_here") {
   CHECK(contains(error_of<LookupError>([&] { unknown.to_here(); }), "unknown function 'no_such_function'"));
 }
 
+// As in PyTorch, remote()'s timeout bounds the creation of the value on the
+// owner; the next use of the RRef fails with it, also a use that reached
+// the owner before the bound (the owner's gate holds the creation).
+TEST_CASE("remote()'s timeout bounds the creation: to_here, a method call and a fork passed on fail naming owner and RRef") {
+  LocalWorld world(3);
+  auto& w = world[0];
+  auto& value_gate = castor::test::gate("remote_timeout_value");
+  auto& object_gate = castor::test::gate("remote_timeout_object");
+  castor::test::OpenOnExit open_value{value_gate}, open_object{object_gate};
+  auto r = w.remote<at::Tensor>("worker1", "gated_value", std::string("remote_timeout_value"), at::ones({2}),
+                                Timeout{milliseconds(300)});
+  auto began = std::chrono::steady_clock::now();
+  // Sent before the bound: the owner answers it with the creation's timeout.
+  auto early = error_of<TimeoutError>([&] { r.to_here(Timeout{milliseconds(20000)}); });
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(10));
+  CHECK(contains(early, "RRef "));
+  CHECK(contains(early, "worker1"));
+  CHECK(contains(early, "300 ms"));
+  // Later uses, here and on a worker the RRef is passed to.
+  CHECK(contains(error_of<TimeoutError>([&] { r.to_here(); }), "worker1"));
+  auto passed = error_of([&] { w.rpc_sync<at::Tensor>("worker2", "rref_sum", r); });
+  CHECK(contains(passed, "not created on worker worker1 within 300 ms (the timeout of remote())"));
+  // A method call on an object whose constructor outlived the bound.
+  auto obj = w.remote<GatedObject>("worker1", "GatedObject", std::string("remote_timeout_object"),
+                                   Timeout{milliseconds(300)});
+  auto method = error_of<TimeoutError>([&] { obj.rpc_sync<int64_t>("get", Timeout{milliseconds(20000)}); });
+  CHECK(contains(method, "RRef "));
+  CHECK(contains(method, "worker1"));
+  // The values made after the bound are dropped: the error stays.
+  value_gate.open();
+  object_gate.open();
+  CHECK(value_gate.wait_arrived(1, milliseconds(10000)));
+  CHECK(contains(error_of<TimeoutError>([&] { r.to_here(); }), "worker1"));
+  // Without a timeout a slow creation is simply waited for.
+  auto slow = w.remote<int64_t>("worker1", "sleep_ms", int64_t(500));
+  CHECK(slow.to_here() == 500);
+}
+
 TEST_CASE("remote objects: constructed on the owner, methods run there one at a time") {
   LocalWorld world(3);
   auto c = world[0].remote<Counter>("worker1", "Counter", 5);

@@ -210,6 +210,8 @@ CASTOR_CLASS(Counter)
     .method("later", &Counter::later)
     .method("as_tensor", &Counter::as_tensor);
 
+CASTOR_CLASS(GatedObject).constructor<std::string>().method("get", &GatedObject::get);
+
 CASTOR_CLASS(SharedCounter)
     .constructor<>()
     .method("slow_add", &SharedCounter::slow_add)

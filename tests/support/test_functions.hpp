@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -54,6 +55,17 @@ struct OpenOnExit {
 }  // namespace castor::test
 
 // A remote object: calls run one at a time unless the class says otherwise.
+// An object whose constructor waits at gate `name` (test::gate), for a
+// remote() whose creation the test holds.
+class GatedObject {
+ public:
+  explicit GatedObject(std::string name) {
+    if (!castor::test::gate(name).pass(std::chrono::seconds(30)))
+      throw std::runtime_error("gate '" + name + "' was not opened within 30 s");
+  }
+  int64_t get() const { return 7; }
+};
+
 class Counter {
  public:
   explicit Counter(int64_t start) : value_(start) {}

@@ -1,76 +1,183 @@
 // castor_test_worker: one worker in its own process, for tests that kill
 // peers or need separate processes.
 // Usage: castor_test_worker RANK WORLD MASTER_PORT [KIND ENDING [READY_FILE]]
-//   KIND    what rank 0 leaves live at the end: "context" (an autograd
-//           context with a call to worker1 recorded in it)
+//   KIND    what is live at the end (tests/integration/test_endings.cpp):
+//           "context"   rank 0: an autograd context with a call to worker1 in it
+//           "rrefs"     an owner RRef on each rank with a user RRef to it on
+//                       the other (worker1 keeps its user in a static map)
+//           "pending"   rank 0: an rpc_async to worker1 still running
+//           "optimizer" rank 0: a DistributedOptimizer over worker1's
+//                       parameters, a step of it in flight
+//           "bulk"      rank 0: a tensor sent over the bulk link, and a
+//                       second one still on its way
+//           "inspector" worker1: a `castor inspect` session with rank 0, open
+//           "stuck"     worker1: a call from rank 0 stuck in user code for
+//                       10 minutes (rank 0's own call timed out); every rank
+//                       uses a 3 s shutdown bound (Note [Shutdown bound])
 //   ENDING  how every rank ends: "shutdown", "shutdown_false" (shutdown(false)),
 //           "destructor" (the Worker goes without shutdown()), "unwind" (an
 //           exception unwinds through the live state), "killed" (rank 0
 //           waits to be SIGKILLed; the others shut down)
-//   READY_FILE  rank 0 writes it once its state is live; the other ranks
-//           wait for it before an ending that does not wait for them
+//   READY_FILE  rank 0 writes it once the state is live; worker1 writes
+//           READY_FILE.1 once its own part is, before rank 0 starts. The
+//           other ranks wait for READY_FILE before an ending that does not
+//           wait for them.
 // Exit 0 unless something failed; a crash shows as 128 + the signal.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/ATen.h>
 
+#include "actors/observe/inspector.hpp"
 #include "engine/context.hpp"
+#include "optimizer/dist_optimizer.hpp"
+#include "rref/rref.hpp"
 #include "support/cluster.hpp"
 
 namespace {
+
+using namespace std::chrono_literals;
 
 struct Unwind : std::runtime_error {
   Unwind() : std::runtime_error("unwinding through live state on purpose") {}
 };
 
-int run(castor::Worker& w, const std::string& kind, const std::string& ending, const std::string& ready_file) {
-  std::optional<castor::autograd::Context> ctx;
-  if (w.rank() == 0 && kind == "context") {
-    ctx.emplace(w);
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw std::runtime_error(what);
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+void wait_for_file(const std::string& path, const char* what) {
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!std::ifstream(path).good()) {
+    if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error(what);
+    std::this_thread::sleep_for(10ms);
+  }
+}
+
+// Everything a kind leaves live; destroyed after the ending (or with the
+// Worker, for "destructor", or on the way out, for "unwind").
+struct LiveState {
+  std::optional<castor::autograd::Context> context;
+  std::vector<castor::RRef<at::Tensor>> rrefs;
+  std::vector<castor::Future<int64_t>> calls;
+  std::vector<castor::Future<at::Tensor>> tensor_calls;
+  std::optional<castor::optim::DistributedOptimizer> optimizer;
+  std::optional<castor::Future<void>> step;
+  std::unique_ptr<castor::InspectionClient> inspection;
+};
+
+// worker1's part, made before rank 0 starts its own.
+void make_live_worker1(const std::string& kind, uint16_t master_port, LiveState& s) {
+  if (kind == "inspector") {
+    s.inspection = std::make_unique<castor::InspectionClient>("127.0.0.1", master_port, castor::TlsOptions{},
+                                                                      "", 10s);
+    expect(contains(s.inspection->snapshot(), "\"worker0\""), "the snapshot of worker0 does not name it");
+  }
+}
+
+void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
+  if (kind == "context") {
+    s.context.emplace(w);
     auto x = at::ones({2}).set_requires_grad(true);
     auto y = w.rpc_sync<at::Tensor>("worker1", "my_add", x, x);
-    if (!at::equal(y, at::full({2}, 2.0))) throw std::runtime_error("my_add returned a wrong value");
-  } else if (kind != "context") {
+    expect(at::equal(y, at::full({2}, 2.0)), "my_add returned a wrong value");
+  } else if (kind == "rrefs") {
+    auto theirs = w.remote<at::Tensor>("worker1", "identity", at::ones({2}));
+    expect(at::equal(theirs.to_here(), at::ones({2})), "worker1's RRef holds a wrong value");
+    auto mine = w.make_rref(at::full({2}, 3.0));
+    expect(w.rpc_sync<bool>("worker1", "hold", std::string("mine"), mine), "worker1's fork was not confirmed");
+    s.rrefs = {theirs, mine};
+  } else if (kind == "pending") {
+    s.calls.push_back(w.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(1500)));
+  } else if (kind == "optimizer") {
+    auto params = w.rpc_sync<std::vector<castor::RRef<at::Tensor>>>("worker1", "shared_linear_params");
+    s.optimizer.emplace(w, castor::optim::SGD{0.1}, params);
+    s.context.emplace(w);
+    auto x = at::ones({3}).set_requires_grad(true);
+    s.context->backward({w.rpc_sync<at::Tensor>("worker1", "my_add", x, x).sum()});
+    s.step = s.optimizer->step_async(s.context->id());
+  } else if (kind == "bulk") {
+    auto big = at::arange(1 << 20, at::kFloat);  // 4 MiB: past the bulk threshold
+    expect(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", big), big), "the bulk echo differs");
+    s.tensor_calls.push_back(w.rpc_async<at::Tensor>("worker1", "identity", big));
+  } else if (kind == "stuck") {
+    try {
+      w.rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(600000), castor::Timeout{1500ms});
+      throw std::runtime_error("a call of 10 minutes returned within its 1.5 s timeout");
+    } catch (const castor::TimeoutError&) {
+    }
+  } else if (kind != "inspector") {
     throw std::invalid_argument("unknown KIND " + kind);
   }
-  if (w.rank() == 0 && !ready_file.empty()) std::ofstream(ready_file) << "ready\n";
+}
+
+// What a graceful shutdown says when a call is stuck past its bound.
+void check_stuck_shutdown(castor::Worker& w) {
+  try {
+    w.shutdown();
+  } catch (const castor::RpcError& e) {
+    std::string why = e.what();
+    bool named = contains(why, "'sleep_ms' on worker1, called by worker0, running for");
+    bool timed_out = contains(why, "did not finish within 3.0 s (WorkerOptions::shutdown_timeout)");
+    // worker1 may learn that rank 0 left before rank 0's word arrives.
+    bool lost_rank0 = w.rank() != 0 && contains(why, "worker worker0 is unreachable; still running:");
+    expect(named && (timed_out || lost_rank0), "unexpected shutdown error: " + why);
+    std::fprintf(stderr, "castor_test_worker: as expected: %s\n", why.c_str());
+    return;
+  }
+  throw std::runtime_error("shutdown() returned although a call is stuck for 10 minutes");
+}
+
+int run(castor::Worker& w, const std::string& kind, const std::string& ending, const std::string& ready_file,
+        uint16_t master_port) {
+  LiveState s;
+  if (w.rank() == 1) {
+    make_live_worker1(kind, master_port, s);
+    if (!ready_file.empty()) std::ofstream(ready_file + ".1") << "ready\n";
+  }
+  if (w.rank() == 0) {
+    if (!ready_file.empty()) wait_for_file(ready_file + ".1", "worker1 never made its state");
+    make_live_rank0(w, kind, s);
+    if (!ready_file.empty()) std::ofstream(ready_file) << "ready\n";
+  }
   if (ending == "killed" && w.rank() == 0) {
-    std::this_thread::sleep_for(std::chrono::seconds(60));  // the test kills us long before
+    std::this_thread::sleep_for(60s);  // the test kills us long before
     return 3;
   }
   // Endings that do not wait for the others (all but a graceful shutdown)
-  // wait for rank 0's call first: a peer that left before it would fail it.
-  if (w.rank() != 0 && !ready_file.empty() && ending != "shutdown" && ending != "killed") {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-    while (!std::ifstream(ready_file).good()) {
-      if (std::chrono::steady_clock::now() > deadline) throw std::runtime_error("rank 0 never made its call");
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  // wait for rank 0's state first: a peer that left before it would fail it.
+  if (w.rank() != 0 && !ready_file.empty() && ending != "shutdown" && ending != "killed")
+    wait_for_file(ready_file, "rank 0 never made its state");
   if (ending == "killed") {
     // A graceful shutdown with a dead peer fails, naming it; the survivor
     // then ends like any program that caught it.
     try {
       w.shutdown();
     } catch (const castor::RpcError& e) {
-      if (std::string(e.what()).find("worker worker0 is unreachable") == std::string::npos) throw;
+      if (!contains(e.what(), "worker worker0 is unreachable")) throw;
     }
-  } else if (ending == "shutdown")
+  } else if (ending == "shutdown" && kind == "stuck") {
+    check_stuck_shutdown(w);
+  } else if (ending == "shutdown") {
     w.shutdown();
-  else if (ending == "shutdown_false")
+  } else if (ending == "shutdown_false") {
     w.shutdown(false);
-  else if (ending == "unwind")
+  } else if (ending == "unwind") {
     throw Unwind();
-  else if (ending != "destructor")
+  } else if (ending != "destructor") {
     throw std::invalid_argument("unknown ENDING " + ending);
-  return 0;  // `ctx` ends after the worker's shutdown, or with the Worker (destructor)
+  }
+  return 0;  // `s` ends after the worker's shutdown, or with the Worker (destructor)
 }
 
 }  // namespace
@@ -81,13 +188,15 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    auto opts = castor::test::local_options(std::atoi(argv[1]), std::atoi(argv[2]), uint16_t(std::atoi(argv[3])));
+    auto master_port = uint16_t(std::atoi(argv[3]));
+    auto opts = castor::test::local_options(std::atoi(argv[1]), std::atoi(argv[2]), master_port);
+    if (argc > 4 && std::string(argv[4]) == "stuck") opts.shutdown_timeout = 3s;
     auto w = castor::init_rpc(opts);
     if (argc < 6) {
       w.shutdown();
       return 0;
     }
-    return run(w, argv[4], argv[5], argc > 6 ? argv[6] : "");
+    return run(w, argv[4], argv[5], argc > 6 ? argv[6] : "", master_port);
   } catch (const Unwind&) {
     return 0;  // the live state and the Worker were destroyed on the way here
   } catch (const std::exception& e) {

@@ -238,3 +238,37 @@ TEST_CASE("posts start no thread beyond the runnable limit, stuck tasks raise it
   REQUIRE(eventually([&] { return done == n; }));
   CHECK(eventually([&] { return ex->stats().runnable_limit == 2; }));
 }
+
+// E5: stopping waits for user code only until its deadline. A task stuck
+// past it is left behind (counted, its thread leaves once it returns),
+// queued tasks are dropped, and the executor stays usable for the threads
+// still in it until they are gone.
+TEST_CASE("stop_until leaves a stuck task behind at its deadline and drops queued work (E5)") {
+  Latch release;
+  Arrivals started;
+  std::atomic<int> queued_ran{0};
+  std::atomic<bool> stuck_returned{false};
+  auto ex = std::make_shared<Executor>(Executor::Options{1, 1, "t", {}, 1});
+  ex->post([&] {
+    started.arrive();
+    release.wait();
+    stuck_returned = true;
+  });
+  REQUIRE(started.wait_for(1));
+  ex->post([&] { ++queued_ran; });  // waits behind the stuck one: one thread only
+  auto began = std::chrono::steady_clock::now();
+  CHECK(ex->stop_until(began + 200ms) == 1);
+  auto waited = std::chrono::steady_clock::now() - began;
+  CHECK(waited >= 200ms);
+  CHECK(waited < 10s);
+  CHECK_FALSE(ex->post([] {}));  // stopped
+  release.open();
+  CHECK(eventually([&] { return stuck_returned.load() && ex->stats().threads == 0; }));
+  CHECK(queued_ran == 0);
+  // With nothing stuck, stop_until returns at once with nothing left behind.
+  auto quick = std::make_shared<Executor>(Executor::Options{2, 4, "q", {}});
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 10; ++i) quick->post([&] { ++ran; });
+  CHECK(quick->stop_until(std::chrono::steady_clock::now() + 10s) == 0);
+  CHECK(ran == 10);
+}

@@ -36,6 +36,7 @@ worker_peer::behavior_type idle_peer() { return {[](hello_atom, WorkerId) {}, []
                                                  [](joined_atom, WorkerId) { return true; },
                                                  [](shutdown_atom, WorkerId) {},
                                                  [](probe_atom, int64_t) { return TerminationReport{}; },
+                                                 [](deadline_atom, std::string) { return true; },
                                                  [](done_atom) { return true; }}; }
 
 }  // namespace
