@@ -85,6 +85,7 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
   for (int r = 0; r < workers; ++r) {
     ProcessSpec s;
     s.name = "worker" + std::to_string(r);
+    s.leader = r == 0;
     s.argv = {self_executable(), "_app", app_name};
     s.argv.insert(s.argv.end(), app_args.begin(), app_args.end());
     s.env = {{"MASTER_ADDR", "127.0.0.1"},
@@ -98,6 +99,7 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
               workers, app_name.c_str(), unsigned(port));
   std::fflush(stdout);
   auto result = run_processes(specs);
+  report_lost(result, "castor run");
   return result.exit_code;
 }
 

@@ -102,9 +102,18 @@ std::string render_inspection(const std::string& snapshot_json) {
 
   out += "\nWORKERS\n";
   out += row("  %-5s %-16s %-24s %s", "rank", "name", "address", "alive");
-  for (auto& w : s["workers"])
+  for (auto& w : s["workers"]) {
+    std::string alive = w["alive"].get<bool>() ? "yes" : "NO";
+    if (w.contains("dead_for_ms")) alive += ", dead for " + age(w["dead_for_ms"].get<int64_t>());
+    if (w.contains("released")) {  // what it left behind, released here
+      std::string what;
+      for (auto& [kind, count] : w["released"].items())
+        what += (what.empty() ? "" : ", ") + kind + " " + std::to_string(count.get<int64_t>());
+      alive += "; released: " + what;
+    }
     out += row("  %-5d %-16s %-24s %s", w["rank"].get<int>(), w["name"].get<std::string>().c_str(),
-               w["address"].get<std::string>().c_str(), w["alive"].get<bool>() ? "yes" : "NO");
+               w["address"].get<std::string>().c_str(), alive.c_str());
+  }
 
   auto& owned = s["rrefs"]["owned"];
   out += row("\nOWNED RREFS (%zu)", owned.size());

@@ -97,6 +97,7 @@ int launch_command(const std::vector<std::string>& args) {
       if (!local && !config::is_local_host(w.host)) continue;
       ProcessSpec s;
       s.name = w.name;
+      s.leader = w.rank == 0;
       s.argv = {self_executable(), "worker", "--config", absolute, "--name", w.name};
       if (local) s.argv.push_back("--local");
       specs.push_back(std::move(s));
@@ -117,6 +118,7 @@ int launch_command(const std::vector<std::string>& args) {
     std::printf("[launch] starting %zu of %zu worker(s) from %s\n", specs.size(), file.workers.size(), path.c_str());
     std::fflush(stdout);
     auto result = run_processes(specs);
+    report_lost(result, "castor launch");
     if (result.exit_code != 0)
       std::fprintf(stderr, "castor launch: worker %s failed (exit code %d)\n", result.failed.c_str(), result.exit_code);
     return result.exit_code;

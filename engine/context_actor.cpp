@@ -33,6 +33,10 @@ namespace castor::detail {
 // that took part is reached, because it is a peer of some worker that is.
 // An abort after a failed backward pass travels the same way and stops the
 // running graph task on each worker.
+// A creator that dies never releases its context: every survivor that took
+// part releases its own part when it learns of the death (release_orphan;
+// each survivor learns it itself, so no cleanup travels), and counts it in
+// what the dead worker left behind (castor inspect).
 
 namespace {
 
@@ -185,6 +189,14 @@ void on_control(context_pointer self, ContextControl&& msg) {
   self->quit();
 }
 
+// Note [Context cleanup], a dead creator: see there.
+void release_orphan(context_pointer self, WorkerId creator) {
+  auto& st = self->state;
+  st.rt->note_released(creator, "autograd_contexts");
+  st.peers.clear();  // the other survivors release their own parts
+  on_control(self, ContextControl{st.id, ContextControl::cleanup, creator, {}, {}});
+}
+
 context_actor::behavior_type context_behavior(context_pointer self, AutogradRuntime* ar, ContextId id,
                                               std::shared_ptr<GradientStore> grads) {
   self->state.ar = ar;
@@ -212,6 +224,7 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
       [self](ContextControl& msg) { on_control(self, std::move(msg)); },
       [self](peer_down_atom, WorkerId w) {
         if (self->state.task) self->send(self->state.task, peer_down_atom::value, w);
+        if (w == self->state.id.worker()) release_orphan(self, w);
       },
   };
 }

@@ -71,6 +71,10 @@ class RemoteModule {
     return rref_.template rpc_sync<std::vector<RRef<at::Tensor>>>("parameter_rrefs");
   }
   const RRef<ModuleHost<M>>& module_rref() const { return rref_; }
+  /// The module's owner died (RRef::on_owner_failure).
+  FailureHandlerId on_owner_failure(WorkerFailureHandler handler) const {
+    return rref_.on_owner_failure(std::move(handler));
+  }
 
  private:
   RRef<ModuleHost<M>> rref_;

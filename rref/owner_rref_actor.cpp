@@ -172,7 +172,12 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerService
   return {
       [self](const OwnerEvent& e) {
         auto& st = self->state;
-        if (st.forks->apply(e) == OwnerForks::Outcome::creator_died) {
+        auto forks_before = st.forks->forks();
+        auto outcome = st.forks->apply(e);
+        if (e.kind == OwnerEvent::Kind::peer_down && st.forks->forks() < forks_before)
+          st.rt->note_released(e.worker, "rref_forks", int64_t(forks_before - st.forks->forks()));
+        if (outcome == OwnerForks::Outcome::creator_died) {
+          st.rt->note_released(e.worker, "rref_values_never_created");
           auto who = st.rt->name_of(e.worker);
           st.holder->set_error(
               make_error(ErrorKind::Unreachable, who, "worker " + who + " died before creating the value"));

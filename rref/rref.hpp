@@ -82,6 +82,14 @@ class RRef {
   WorkerInfo owner() const { return WorkerInfo{state()->owner_name, state()->owner}; }
   const std::string& owner_name() const { return state()->owner_name; }
   bool is_owner() const { return state()->is_owner(); }
+  /// Supervision: `handler` runs once if the owner dies (at once if it is
+  /// dead already), on this worker's executor; never on the owner itself.
+  /// It only notifies (the app is in charge only with a worker-wide handler,
+  /// Worker::on_worker_failure). The worker keeps it, not this RRef: remove
+  /// it with Worker::remove_failure_handler when done.
+  FailureHandlerId on_owner_failure(WorkerFailureHandler handler) const {
+    return detail::on_owner_failure(state(), std::move(handler));
+  }
   /// Whether the owner knows this worker's fork (always true on the owner).
   bool confirmed_by_owner() const { return state()->confirmed.load(); }
   RRefId id() const { return state()->id; }

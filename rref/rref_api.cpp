@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 
 #include <future>
+#include <stdexcept>
 
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/hooks/worker_services.hpp"
@@ -207,6 +208,11 @@ const Holder& owned_holder(const RRefStatePtr& s) {
     throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name(), "local_value(): the value was not created in time"});
   if (auto err = s->holder->error()) throw_rpc_error(*err);
   return *s->holder;
+}
+
+FailureHandlerId on_owner_failure(const RRefStatePtr& s, WorkerFailureHandler handler) {
+  if (!handler) throw std::invalid_argument("on_owner_failure: the handler is empty");
+  return runtime_of(s)->add_failure_handler(std::move(handler), s->owner);
 }
 
 CallbackRunner runner_of(const RRefStatePtr& s) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "actors/api/registry.hpp"
+#include "actors/api/worker_failure.hpp"
 #include "messages/value.hpp"
 #include "rref/rref_state.hpp"
 
@@ -41,6 +42,9 @@ const Holder& owned_holder(const RRefStatePtr& s);
 
 /// The callback runner of the worker an RRef lives on.
 CallbackRunner runner_of(const RRefStatePtr& s);
+
+/// RRef::on_owner_failure (Note [Failure handlers]).
+FailureHandlerId on_owner_failure(const RRefStatePtr& s, WorkerFailureHandler handler);
 
 /// The registered name of a class, for RRef type names.
 std::string class_name_of(const std::type_info& type);

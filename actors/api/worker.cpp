@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <future>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -217,6 +218,17 @@ std::vector<WorkerInfo> Worker::get_worker_infos() const {
 const std::string& Worker::name() const { return rt_->name(); }
 int Worker::rank() const { return rt_->rank(); }
 int Worker::world_size() const { return rt_->opts.world_size; }
+
+bool Worker::is_alive(const std::string& name) const { return rt_->world().alive(detail::rank_of(*this, name)); }
+
+bool Worker::is_alive(int64_t id) const { return rt_->world().alive(WorkerId(get_worker_info(id).id)); }
+
+FailureHandlerId Worker::on_worker_failure(WorkerFailureHandler handler) const {
+  if (!handler) throw std::invalid_argument("on_worker_failure: the handler is empty");
+  return rt_->services.add_failure_handler(std::move(handler), std::nullopt);
+}
+
+bool Worker::remove_failure_handler(FailureHandlerId id) const { return rt_->services.remove_failure_handler(id); }
 
 bool Worker::is_shut_down() const { return !rt_ || rt_->state.load() == detail::RunState::stopped; }
 

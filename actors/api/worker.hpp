@@ -15,6 +15,7 @@
 #include "actors/api/future.hpp"
 #include "actors/api/registry.hpp"
 #include "actors/api/worker_access.hpp"
+#include "actors/api/worker_failure.hpp"
 #include "actors/api/worker_options.hpp"
 #include "messages/call.hpp"
 #include "messages/value.hpp"
@@ -127,6 +128,23 @@ class Worker {
   const std::string& name() const;
   int rank() const;
   int world_size() const;
+
+  /// False once this worker has found `name` dead (a dead worker stays
+  /// dead); throws LookupError if unknown.
+  bool is_alive(const std::string& name) const;
+  bool is_alive(int64_t id) const;
+
+  /// Supervision (README, "When workers fail"): `handler` runs once for each
+  /// worker found dead, also for one already dead when it is registered,
+  /// on this worker's executor (it may block and call other workers). It
+  /// puts the app in charge: on rank 0, graceful shutdown then ends among
+  /// the workers left instead of failing for the dead one. Without a
+  /// handler, calls to a dead worker fail and shutdown() throws
+  /// UnreachableError. Note [Failure handlers].
+  FailureHandlerId on_worker_failure(WorkerFailureHandler handler) const;
+  /// Removes a handler of on_worker_failure or RRef::on_owner_failure;
+  /// false if it was already removed.
+  bool remove_failure_handler(FailureHandlerId id) const;
 
   /// Graceful: returns when every worker has entered shutdown and all work
   /// everywhere has finished. shutdown(false) stops at once. Throws

@@ -54,15 +54,29 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   rt->membership.update([&](const World& w) { return w.with_death(rank, std::chrono::system_clock::now()); });
   st.chunks.drop_from(rank);
   auto who = rt->name_of(rank);
-  if (rt->state.load() != RunState::stopped)
+  if (rt->state.load() != RunState::stopped) {
+    int64_t failed = 0;
     fail_pending_impl(
         self, [rank](const PendingCall& c) { return c.to == rank; },
-        [who](const PendingCall& c) {
+        [who, &failed](const PendingCall& c) {
+          ++failed;
           return make_error(ErrorKind::Unreachable, who,
                             "worker " + who + " is unreachable (connection lost while calling '" + c.function + "')");
         });
+    rt->released.add(rank, "calls_failed", failed);
+  }
   if (rt->rrefs) rt->rrefs->on_peer_down(rank);
   if (rt->autograd) rt->autograd->on_peer_down(rank);
+  // The app hears of it once this worker has cleaned up after it, and before
+  // graceful shutdown decides (F3 of Note [Failure handlers]); not once this
+  // worker is leaving (F4).
+  bool leaving = rt->state.load() == RunState::stopped || st.shutdown.finishing ||
+                 (st.shutdown.requested && rt->rank() != 0);
+  if (!leaving) {
+    const auto& dead = rt->world().member(rank);
+    rt->failures.on_death(WorkerFailure{WorkerInfo{who, int64_t(rank)}, dead.died_at, "connection lost"},
+                          rt->callback_runner());
+  }
   on_peer_lost_during_shutdown_impl(self, rank);
 }
 

@@ -69,12 +69,54 @@ namespace castor::detail {
 //      (Runtime::teardown_gate) drops whatever such code answers later, so
 //      nothing touches an actor system that is gone. The process can exit.
 
+// Note [Shutdown with survivors]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Without a failure handler, a dead worker fails rank 0's shutdown (above).
+// A death the app took in charge (F3 of Note [Failure handlers]: a handler
+// of on_worker_failure was registered on rank 0) excuses the dead worker
+// instead, and the survivors end the job among themselves. Rank 0 is never
+// excused: it coordinates.
+//  V1. Rank 0 waits for every worker not excused to enter (S1), probes only
+//      those (S2) and leaves the excused out of S4 and of the bound (B2).
+//  V2. The counters of the dead cannot balance: what was sent to it was
+//      never handled, and its own counts died with it. With a worker
+//      excused, S3 drops the sums and keeps the rest: two consecutive waves
+//      with every survivor idle and the survivors' totals unchanged. A call
+//      still travels only while its caller waits for the reply (a pending
+//      call keeps its worker from being idle), so idleness alone still
+//      covers every call between survivors; calls to or from the dead were
+//      failed by liveness or lose their reply.
+//  V3. A worker excused during a wave ends that wave, whose report from it
+//      would never come; the next wave starts at once, and the stale
+//      reports of the old round are ignored.
+
 namespace {
 
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 constexpr auto kWavePause = std::chrono::milliseconds(2);
 
 bool is_coordinator(worker_pointer self) { return self->state.rt->rank() == 0; }
+
+// Note [Shutdown with survivors]: a dead worker whose death the app took in
+// charge; never rank 0.
+bool excused(worker_pointer self, WorkerId r) {
+  const auto* rt = self->state.rt;
+  return r != 0 && !rt->world().alive(r) && rt->failures.taken_in_charge(r);
+}
+
+bool any_excused(worker_pointer self) {
+  for (size_t r = 0; r < self->state.peers.size(); ++r)
+    if (excused(self, WorkerId(r))) return true;
+  return false;
+}
+
+// S1 and V1: every worker not excused has entered shutdown.
+bool all_entered(worker_pointer self) {
+  const auto& st = self->state;
+  for (size_t r = 0; r < st.peers.size(); ++r)
+    if (!st.shutdown.entered.count(WorkerId(r)) && !excused(self, WorkerId(r))) return false;
+  return true;
+}
 
 void on_report(worker_pointer self, TerminationReport report);
 
@@ -129,7 +171,7 @@ void evaluate_wave(worker_pointer self) {
     for (const auto& r : sd.reports)
       std::fprintf(stderr, "wave %lld rank %d sent %llu received %llu idle %d\n", (long long)r.round, int(r.rank),
                    (unsigned long long)r.sent, (unsigned long long)r.received, int(r.idle));
-  bool balanced = idle && sent == received;
+  bool balanced = idle && (sent == received || any_excused(self));  // V2
   if (balanced && sd.have_previous && sent == sd.previous_sent && received == sd.previous_received) {
     broadcast_done(self);
     return;
@@ -145,7 +187,7 @@ void on_report(worker_pointer self, TerminationReport report) {
   if (report.round != sd.round || !sd.wave_running) return;
   sd.running[report.rank] = report.running;  // B2
   sd.reports.push_back(report);
-  if (sd.reports.size() == self->state.peers.size()) evaluate_wave(self);
+  if (sd.reports.size() == sd.reports_expected) evaluate_wave(self);
 }
 
 }  // namespace
@@ -169,7 +211,8 @@ void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd) {
   // are released by the termination waves (local_report_impl), once every
   // worker has entered shutdown and no call runs here.
   for (size_t r = 0; r < st.peers.size(); ++r)
-    if (WorkerId(r) != rt->rank() && !peer_usable(self, WorkerId(r)) && (is_coordinator(self) || r == 0)) {
+    if (WorkerId(r) != rt->rank() && !peer_usable(self, WorkerId(r)) && (is_coordinator(self) || r == 0) &&
+        !excused(self, WorkerId(r))) {
       fail_shutdown_impl(self, WorkerId(r));
       return;
     }
@@ -183,11 +226,12 @@ void on_shutdown_entered_impl(worker_pointer self, WorkerId rank) {
   auto& st = self->state;
   if (!is_coordinator(self)) return;
   st.shutdown.entered.insert(rank);
-  if (st.shutdown.entered.size() == st.peers.size() && !st.shutdown.deadline_armed) {  // B1
+  if (!st.shutdown.requested || !all_entered(self)) return;  // rank 0 enters last or first: both work
+  if (!st.shutdown.deadline_armed) {  // B1
     st.shutdown.deadline_armed = true;
     self->delayed_send(self, st.rt->opts.shutdown_timeout, deadline_atom::value);
   }
-  if (st.shutdown.entered.size() == st.peers.size() && !st.shutdown.wave_running) start_wave_impl(self);
+  if (!st.shutdown.wave_running) start_wave_impl(self);
 }
 
 void start_wave_impl(worker_pointer self) {
@@ -197,9 +241,11 @@ void start_wave_impl(worker_pointer self) {
   sd.wave_running = true;
   sd.round += 1;
   sd.reports.clear();
+  sd.reports_expected = 1;
   auto round = sd.round;
   for (size_t r = 0; r < st.peers.size(); ++r) {
-    if (WorkerId(r) == st.rt->rank()) continue;
+    if (WorkerId(r) == st.rt->rank() || excused(self, WorkerId(r))) continue;  // V1
+    ++sd.reports_expected;
     self->request(st.peers[r]->handle, kProbeTimeout, probe_atom::value, round)
         .then([self](TerminationReport& rep) { on_report(self, std::move(rep)); },
               [self, r](caf::error&) { on_peer_lost_during_shutdown_impl(self, WorkerId(r)); });
@@ -254,7 +300,15 @@ void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank) {
   if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
   // Another worker lost: rank 0 decides (Note [Graceful shutdown]).
   if (!is_coordinator(self) && rank != 0) return;
-  fail_shutdown_impl(self, rank);
+  if (!excused(self, rank)) {
+    fail_shutdown_impl(self, rank);
+    return;
+  }
+  // V3: the survivors go on without it; the wave that waits for it ends.
+  auto& sd = st.shutdown;
+  sd.wave_running = false;
+  sd.have_previous = false;
+  on_shutdown_entered_impl(self, rt->rank());
 }
 
 void fail_shutdown_impl(worker_pointer self, WorkerId rank) {

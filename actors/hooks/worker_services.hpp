@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <caf/actor_control_block.hpp>
@@ -12,6 +13,7 @@
 
 #include "actors/api/future.hpp"
 #include "actors/api/registry.hpp"
+#include "actors/api/worker_failure.hpp"
 #include "actors/api/worker_options.hpp"
 #include "actors/calls/executor.hpp"
 #include "actors/cluster/message_counters.hpp"
@@ -61,6 +63,13 @@ class WorkerServices {
   CallId next_call_id() const;
   /// Counted messages of termination detection (Note [Graceful shutdown]).
   MessageCounters& counters() const;
+  /// Records what this worker released after worker `dead` died (for
+  /// castor inspect): "calls_failed", "rref_forks", "autograd_contexts"...
+  void note_released(WorkerId dead, const std::string& what, int64_t n = 1) const;
+  /// Supervision (Note [Failure handlers]): `only` scopes the handler to
+  /// one worker (an RRef's owner).
+  FailureHandlerId add_failure_handler(WorkerFailureHandler handler, std::optional<WorkerId> only) const;
+  bool remove_failure_handler(FailureHandlerId id) const;
   /// Asks the worker actor to sweep deadlines now (Note [Graph task watchdog]).
   void request_sweep() const;
   /// The callee side, for a request the rref/ layer prepared: its reply

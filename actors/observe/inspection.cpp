@@ -47,11 +47,14 @@ json snapshot(Runtime& rt) {
                    {"uptime_ms", std::chrono::duration_cast<std::chrono::milliseconds>(uptime).count()}};
 
   auto& workers = out["workers"] = json::array();
+  auto released = rt.released.snapshot();
   for (auto& w : world.members()) {
     json member = {{"name", w.name}, {"rank", w.rank}, {"address", address_of(w)}, {"alive", alive(rt, world, w.rank)}};
     if (!w.alive)  // since when, as castor inspect shows it
       member["dead_for_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::system_clock::now() - w.died_at).count();
+    if (auto it = released.find(w.rank); it != released.end())  // what it left behind, released here
+      member["released"] = it->second;
     workers.push_back(std::move(member));
   }
 

@@ -105,6 +105,14 @@ void WorkerServices::start_call(WorkerId to, CallRequest&& req, std::chrono::mil
 }
 CallId WorkerServices::next_call_id() const { return rt_.call_ids.next(); }
 MessageCounters& WorkerServices::counters() const { return rt_.counters; }
+void WorkerServices::note_released(WorkerId dead, const std::string& what, int64_t n) const {
+  rt_.released.add(dead, what, n);
+}
+FailureHandlerId WorkerServices::add_failure_handler(WorkerFailureHandler handler,
+                                                    std::optional<WorkerId> only) const {
+  return rt_.failures.add(std::move(handler), only, rt_.callback_runner());
+}
+bool WorkerServices::remove_failure_handler(FailureHandlerId id) const { return rt_.failures.remove(id); }
 void WorkerServices::request_sweep() const {
   if (rt_.actor) caf::anon_send(rt_.actor, sweep_atom::value);
 }

@@ -19,6 +19,8 @@
 #include "actors/calls/executor.hpp"
 #include "actors/calls/pending_calls.hpp"
 #include "actors/calls/running_calls.hpp"
+#include "actors/cluster/death_ledger.hpp"
+#include "actors/cluster/failure_handlers.hpp"
 #include "actors/cluster/world.hpp"
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/hooks/rref_hooks.hpp"
@@ -80,6 +82,8 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   IdGenerator<CallId> call_ids;
   PendingCalls pending;  // see Note [Direct sends]
   RunningCalls running;  // requests from others served here (Note [Shutdown bound])
+  DeathLedger released;  // what dead workers left and we released (castor inspect)
+  FailureHandlers failures;  // the app's supervision hooks (Note [Failure handlers])
   IdGenerator<TransferId> transfer_ids;
   MessageCounters counters;
   MessageStats stats;  // inspection: messages by type, call latencies

@@ -34,6 +34,7 @@ struct ShutdownState {
   std::set<WorkerId> entered;  // ranks that asked to shut down
   int64_t round = 0;           // current termination wave
   std::vector<TerminationReport> reports;
+  size_t reports_expected = 0;  // the ranks probed this wave (Note [Shutdown with survivors])
   bool wave_running = false;
   bool have_previous = false;  // the previous wave was balanced and idle
   uint64_t previous_sent = 0, previous_received = 0;

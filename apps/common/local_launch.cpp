@@ -1,5 +1,22 @@
 // Process launcher: fork/exec with piped output, poll loop that prefixes each
-// line, and fail-fast termination of the siblings.
+// line, and the job's end.
+//
+// Note [Launch policy]
+// ~~~~~~~~~~~~~~~~~~~~
+//  L1. Rank 0 (the leader: the driver, the name store, the shutdown
+//      coordinator) ends the job: when it exits, the others get `grace` to
+//      finish by themselves (they are leaving too after a graceful
+//      shutdown), then SIGTERM, then SIGKILL. Its exit code is the job's.
+//  L2. A worker that exits with an error of its own (a non-zero code) fails
+//      the job at once, as before: its error is the app's, not a death.
+//  L3. Any other worker that dies of a signal (SIGKILL, the OOM killer) is
+//      reported and left to the app: rank 0's calls to it fail, its
+//      failure handlers run (README, "When workers fail"), and it decides
+//      whether the job carries on. An app without a handler still ends,
+//      because its calls to the dead worker fail.
+//  L4. On a host without rank 0 (castor launch of part of a cluster), the
+//      launch ends when its own workers have; a worker lost there is its
+//      exit code, as this host's verdict.
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
@@ -27,6 +44,7 @@ struct Child {
   std::string partial;
   bool redrawn = false;  // a progress redraw is on the terminal's last line
   bool exited = false;
+  bool leader = false;
   int code = 0;
 };
 
@@ -72,6 +90,14 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
 
 }  // namespace
 
+void report_lost(const LaunchResult& result, const std::string& command) {
+  if (result.lost.empty()) return;
+  std::string names;
+  for (const auto& l : result.lost) names += (names.empty() ? "" : ", ") + l;
+  std::fprintf(stderr, "%s: %zu worker(s) lost while the job went on: %s\n", command.c_str(), result.lost.size(),
+               names.c_str());
+}
+
 std::string self_executable() {
   char buf[4096];
   auto n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -89,14 +115,28 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
     if (::pipe(p) != 0) continue;
     Child c;
     c.name = spec.name;
+    c.leader = spec.leader;
     c.pid = spawn(spec, p[1]);
     ::close(p[1]);
     c.fd = p[0];
     children.push_back(std::move(c));
   }
   LaunchResult result;
-  bool killing = false;  // SIGTERM sent; SIGKILL at kill_at
-  auto kill_at = std::chrono::steady_clock::now();
+  bool has_leader = false;
+  for (const auto& spec : specs) has_leader = has_leader || spec.leader;
+  using Clock = std::chrono::steady_clock;
+  // none -> waiting (L1: rank 0 ended well) -> terminating (SIGTERM sent) -> killing (SIGKILL sent)
+  enum class Ending { none, waiting, terminating, killing } ending = Ending::none;
+  auto next_step = Clock::now();  // when `ending` moves on
+  auto signal_others = [&](int sig) {
+    for (auto& o : children)
+      if (!o.exited) ::kill(o.pid, sig);
+  };
+  auto terminate_others = [&] {
+    signal_others(SIGTERM);
+    ending = Ending::terminating;
+    next_step = Clock::now() + grace;
+  };
   size_t alive = children.size();
   while (alive > 0) {
     std::vector<pollfd> fds;
@@ -123,22 +163,47 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
       c.exited = true;
       --alive;
+      bool signaled = WIFSIGNALED(status);
       c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (c.code != 0 && result.failed.empty()) {
+      if (ending >= Ending::terminating || c.code == 0) continue;  // we stopped it, or it ended well
+      auto died = c.name + " (killed by signal " + std::to_string(signaled ? WTERMSIG(status) : 0) + ")";
+      if (c.leader) {  // L1
+        result.exit_code = c.code;
+        result.failed = c.name;
+        std::printf("[launch] %s (rank 0) exited with %d; stopping the others\n", c.name.c_str(), c.code);
+        terminate_others();
+      } else if (ending == Ending::waiting) {
+        std::printf("[launch] %s exited with %d after rank 0 ended\n", c.name.c_str(), c.code);
+        result.lost.push_back(signaled ? died : c.name + " (exit code " + std::to_string(c.code) + ")");
+      } else if (signaled) {  // L3
+        result.lost.push_back(died);
+        std::printf("[launch] %s died; the job goes on: rank 0's app decides\n", died.c_str());
+        if (!has_leader && result.exit_code == 0) {  // L4
+          result.exit_code = c.code;
+          result.failed = c.name;
+        }
+      } else {  // L2
         result.failed = c.name;
         result.exit_code = c.code;
         std::printf("[launch] %s exited with %d; stopping the others\n", c.name.c_str(), c.code);
-        for (auto& o : children)
-          if (!o.exited) ::kill(o.pid, SIGTERM);
-        killing = true;
-        kill_at = std::chrono::steady_clock::now() + grace;
+        terminate_others();
       }
     }
-    if (killing && std::chrono::steady_clock::now() > kill_at) {
+    for (auto& c : children)
+      if (c.exited && c.leader && c.code == 0 && ending == Ending::none) {  // L1
+        ending = Ending::waiting;
+        next_step = Clock::now() + grace;
+      }
+    if (alive == 0 || ending == Ending::none || Clock::now() < next_step) continue;
+    if (ending == Ending::waiting) {
       for (auto& o : children)
-        if (!o.exited) ::kill(o.pid, SIGKILL);
-      killing = false;
+        if (!o.exited) std::printf("[launch] rank 0 has ended; stopping %s, still running\n", o.name.c_str());
+      terminate_others();
+    } else if (ending == Ending::terminating) {
+      signal_others(SIGKILL);
+      ending = Ending::killing;
     }
+    std::fflush(stdout);
   }
   for (auto& c : children) {
     if (c.fd >= 0) {

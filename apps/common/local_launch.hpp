@@ -1,5 +1,5 @@
 // Starts worker processes on this host, prefixes their output with the worker
-// name, stops the rest when one fails, and reports how they ended.
+// name, and ends the job as Note [Launch policy] (local_launch.cpp) says.
 #pragma once
 
 #include <chrono>
@@ -13,17 +13,22 @@ struct ProcessSpec {
   std::string name;                          // prefix of its output lines
   std::vector<std::string> argv;             // argv[0] is the program
   std::map<std::string, std::string> env;    // added to this process' environment
+  bool leader = false;                       // rank 0: its end is the job's end
 };
 
 struct LaunchResult {
-  int exit_code = 0;          // 0 when every process exited with 0
-  std::string failed;         // the first process that failed, if any
+  int exit_code = 0;          // the job's verdict (Note [Launch policy])
+  std::string failed;         // the process whose exit decided a failure, if any
+  std::vector<std::string> lost;  // "worker2 (killed by signal 9)": died while the job went on
 };
 
-/// Runs all processes to completion. If one exits non-zero (or is killed),
-/// the others get SIGTERM, then SIGKILL after `grace`.
+/// Runs the processes until the job ends (Note [Launch policy]); those still
+/// running then get SIGTERM, then SIGKILL after `grace`.
 LaunchResult run_processes(const std::vector<ProcessSpec>& specs,
                            std::chrono::milliseconds grace = std::chrono::seconds(5));
+
+/// Prints the workers lost while the job went on (Note [Launch policy], L3).
+void report_lost(const LaunchResult& result, const std::string& command);
 
 /// The path of the running executable (/proc/self/exe).
 std::string self_executable();

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -47,8 +48,9 @@ int64_t steps_per_epoch(int64_t samples, int64_t trainers, int64_t batch) {
 
 ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, double momentum, int64_t seed,
                                  bool sync)
-    : trainers_(trainers), sync_(sync) {
+    : sync_(sync) {
   if (trainers < 1) throw std::invalid_argument("ParameterServer: needs at least one trainer");
+  for (int64_t r = 1; r <= trainers; ++r) trainers_.insert(r);
   if (hidden < 1) throw std::invalid_argument("ParameterServer: hidden size must be positive");
   if (!(lr > 0)) throw std::invalid_argument("ParameterServer: learning rate must be positive");
   params_ = init_mlp(hidden, uint64_t(seed));
@@ -68,7 +70,7 @@ Params ParameterServer::parameters() {
   return out;
 }
 
-Future<Params> ParameterServer::update(Params grads, double loss) {
+Future<Params> ParameterServer::update(Params grads, double loss, int64_t trainer) {
   if (grads.size() != params_.size())
     throw std::invalid_argument("ParameterServer::update: expected " + std::to_string(params_.size()) +
                                 " gradients, got " + std::to_string(grads.size()));
@@ -76,6 +78,12 @@ Future<Params> ParameterServer::update(Params grads, double loss) {
     if (!grads[i].defined() || !grads[i].sizes().equals(params_[i].sizes()))
       throw std::invalid_argument("ParameterServer::update: gradient " + std::to_string(i) + " has the wrong shape");
   std::lock_guard<std::mutex> lock(mutex_);
+  if (!trainers_.count(trainer))
+    throw std::invalid_argument("ParameterServer::update: trainer " + std::to_string(trainer) +
+                                " is not one of this server's trainers");
+  if (sync_ && pushed_.count(trainer))
+    throw std::invalid_argument("ParameterServer::update: trainer " + std::to_string(trainer) +
+                                " pushed twice in one round");
   ++updates_;
   loss_sum_ += loss;
   if (!sync_) {
@@ -86,16 +94,30 @@ Future<Params> ParameterServer::update(Params grads, double loss) {
     return make_ready_future(std::move(out));
   }
   for (size_t i = 0; i < grads.size(); ++i) pending_grads_[i].add_(grads[i]);
+  pushed_.insert(trainer);
+  auto future = round_.future();
+  complete_round_if_full();
+  return future;
+}
+
+void ParameterServer::complete_round_if_full() {
+  if (pushed_.empty()) return;
+  for (auto r : trainers_)
+    if (!pushed_.count(r)) return;
   auto round = round_;
-  if (++pending_ == trainers_) {
-    apply(double(trainers_));
-    pending_ = 0;
-    round_ = Promise<Params>();
-    Params out;  // one copy for all trainers of the round
-    for (const auto& p : params_) out.push_back(p.detach().clone());
-    round.set_value(std::move(out));
-  }
-  return round.future();
+  apply(double(pushed_.size()));  // a dead trainer's push before it died counts (Note [Trainer failure])
+  pushed_.clear();
+  round_ = Promise<Params>();
+  Params out;  // one copy for all trainers of the round
+  for (const auto& p : params_) out.push_back(p.detach().clone());
+  round.set_value(std::move(out));
+}
+
+int64_t ParameterServer::trainer_left(int64_t trainer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  trainers_.erase(trainer);
+  if (sync_) complete_round_if_full();
+  return int64_t(trainers_.size());
 }
 
 void ParameterServer::apply(double divisor) {
@@ -161,7 +183,7 @@ CASTOR_FUNCTION(ps_train_epoch, [](RRef<ParameterServer> server, int64_t rank, i
     loss_sum += l;
     Params grads;
     for (auto& p : params) grads.push_back(p.grad());
-    auto fresh = server.rpc_sync<Params>("update", grads, l);
+    auto fresh = server.rpc_sync<Params>("update", grads, l, rank);
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(fresh[i]);
   }
@@ -182,31 +204,65 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
                                           cfg.seed, cfg.sync);
   server.rpc_sync<Params>("parameters");  // built (or its constructor's error thrown) before the epochs start
   auto& ps = server.local_value();
+  // Note [Trainer failure]: the handler holds the server (an RRef copy), so
+  // it stays valid while a handler runs; it is removed when training ends.
+  std::optional<FailureHandlerId> on_failure;
+  if (cfg.continue_on_trainer_failure)
+    on_failure = w.on_worker_failure([server](const WorkerFailure& f) {
+      auto left = server.local_value().trainer_left(f.worker.id);
+      std::printf("\n%s; the server carries on with %lld trainer(s)\n", f.message().c_str(), (long long)left);
+      std::fflush(stdout);
+    });
+  struct RemoveHandler {
+    Worker& w;
+    std::optional<FailureHandlerId>& id;
+    ~RemoveHandler() {
+      if (id) w.remove_failure_handler(*id);
+    }
+  } remove_handler{w, on_failure};
   std::vector<EpochResult> results;
   const auto epoch_timeout = castor::Timeout{std::chrono::minutes(30)};
   for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(cfg.epochs), steps * trainers,
-                    cfg.progress);
+    std::vector<int64_t> active;  // the trainers alive as the epoch starts
+    for (int64_t r = 1; r <= trainers; ++r)
+      if (w.is_alive(r)) active.push_back(r);
+    if (active.empty())
+      throw std::runtime_error("parameter-server: every trainer has died; epoch " + std::to_string(epoch) +
+                               " cannot run");
+    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(cfg.epochs),
+                    steps * int64_t(active.size()), cfg.progress);
     ps.set_learning_rate(epoch_learning_rate(cfg, epoch));  // between epochs: no update is running
     auto start = Clock::now();
     std::vector<Future<double>> running;
-    for (int64_t r = 1; r <= trainers; ++r)
+    for (auto r : active)
       running.push_back(w.rpc_async<double>(w.get_worker_info(r).name, "ps_train_epoch", server, r, trainers, epoch, steps,
                                             cfg.batch, cfg.seed, cfg.data_dir, cfg.limit, epoch_timeout));
-    for (auto& f : running) {
-      while (!f.is_done()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        auto done = ps.updates();
-        char note[64];
-        std::snprintf(note, sizeof(note), "%.0f samples/s", double(done * cfg.batch) / seconds_since(start));
-        bar.update(done, note);
+    // Each trainer's end as it comes: a failure is seen at once, not after
+    // the trainers before it (who may wait in a round for the failed one).
+    std::vector<bool> settled(running.size(), false);
+    for (size_t open = running.size(); open > 0;) {
+      for (size_t i = 0; i < running.size(); ++i) {
+        if (settled[i] || !running[i].is_done()) continue;
+        settled[i] = true;
+        --open;
+        try {
+          running[i].wait();  // throws the trainer's error, naming it
+        } catch (const UnreachableError&) {
+          if (!cfg.continue_on_trainer_failure || w.is_alive(active[i])) throw;
+          // Note [Trainer failure]: its death is the handler's to take.
+        }
       }
-      f.wait();  // throws the trainer's error, naming it
+      if (open == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      auto done = ps.updates();
+      char note[64];
+      std::snprintf(note, sizeof(note), "%.0f samples/s", double(done * cfg.batch) / seconds_since(start));
+      bar.update(done, note);
     }
     EpochResult r;
     r.epoch = epoch;
     r.seconds = seconds_since(start);
-    r.samples_per_s = double(steps * trainers * cfg.batch) / r.seconds;
+    r.samples_per_s = double(ps.updates() * cfg.batch) / r.seconds;
     r.train_loss = ps.take_epoch_loss();
     r.test = ps.evaluate(test);
     char note[128];

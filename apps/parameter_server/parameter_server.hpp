@@ -12,11 +12,25 @@
 //       parameters that may be a few updates old.
 // Either way the server object is only touched through its owner actor, one
 // call at a time, so no update is lost and no lock guards the model itself;
-// the mutex only lets the driver read progress and evaluate between epochs.
+// the mutex lets the driver read progress and evaluate between epochs, and
+// take a dead trainer out of the round.
+//
+// Note [Trainer failure]
+// --on-trainer-failure stop (the default): the server's call to a dead
+//       trainer fails, naming it, and so does the job.
+// --on-trainer-failure continue: the driver registers a failure handler
+//       (Worker::on_worker_failure), which takes the trainer out of the
+//       sync round (trainer_left): a round completes once every trainer
+//       still alive has pushed, and averages the pushes it got (a push the
+//       dead trainer made before dying counts). Later epochs run on the
+//       trainers left, each on its own shard; the dead trainer's shard is
+//       not trained on any more. The job ends with exit 0 while one
+//       trainer is left.
 #pragma once
 
 #include <functional>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,6 +57,7 @@ struct PsConfig {
   int64_t test_limit = -1; // test samples used (all when <= 0)
   std::string data_dir = default_fashion_mnist_dir();
   bool progress = true;    // draw a progress bar per epoch
+  bool continue_on_trainer_failure = false;  // Note [Trainer failure]
 };
 
 struct EpochResult {
@@ -61,9 +76,14 @@ class ParameterServer {
   /// The current parameters (copies: the caller may keep them).
   Params parameters();
 
-  /// Pushes one step's gradients (and its loss, for the progress line);
-  /// completes with the parameters to continue from (see the Note).
-  Future<Params> update(Params grads, double loss);
+  /// Trainer `trainer` (its rank) pushes one step's gradients (and its
+  /// loss, for the progress line); completes with the parameters to
+  /// continue from (see the Note).
+  Future<Params> update(Params grads, double loss, int64_t trainer);
+
+  /// Note [Trainer failure]: `trainer` (a rank) is gone; a sync round no
+  /// longer waits for it. Returns the number of trainers left.
+  int64_t trainer_left(int64_t trainer);
 
   // For the driver on the server's worker, between or during epochs.
   int64_t updates() const;          // pushes since the last take_epoch_loss()
@@ -73,13 +93,14 @@ class ParameterServer {
 
  private:
   void apply(double divisor);
+  void complete_round_if_full();  // sync; mutex_ held
 
   mutable std::mutex mutex_;
-  int64_t trainers_;
+  std::set<int64_t> trainers_;  // ranks still alive
   bool sync_;
   Params params_;
-  Params pending_grads_;  // sync: the round's sum so far
-  int64_t pending_ = 0;
+  Params pending_grads_;     // sync: the round's sum so far
+  std::set<int64_t> pushed_; // sync: who pushed this round
   Promise<Params> round_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   int64_t updates_ = 0;

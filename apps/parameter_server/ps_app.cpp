@@ -31,6 +31,10 @@ PsConfig config_from(const AppArgs& args) {
   if (mode != "sync" && mode != "async")
     throw std::invalid_argument("--mode must be sync or async, got '" + mode + "'");
   c.sync = mode == "sync";
+  auto on_failure = args.get("on-trainer-failure", "stop");
+  if (on_failure != "stop" && on_failure != "continue")
+    throw std::invalid_argument("--on-trainer-failure must be stop or continue, got '" + on_failure + "'");
+  c.continue_on_trainer_failure = on_failure == "continue";
   if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");
   if (c.epochs < 1 || c.batch < 1) throw std::invalid_argument("--epochs and --batch-size must be at least 1");
   return c;
@@ -86,6 +90,8 @@ AppRegistrar registrar{App{
     "  --lr-decay X      multiply the learning rate by X after each epoch (default 0.7)\n"
     "  --hidden N        hidden units of the MLP 784-N-10 (default 128)\n"
     "  --mode sync|async sync: average every trainer's gradients per round; async: apply each push (default sync)\n"
+    "  --on-trainer-failure stop|continue\n"
+    "                    when a trainer dies: fail the job, or go on with the trainers left (default stop)\n"
     "  --seed N          initialisation and shuffling seed (default 1)\n"
     "  --limit N         use the first N training samples (default all 60000)\n"
     "  --test-limit N    use the first N test samples (default all 10000)\n"
@@ -96,7 +102,7 @@ AppRegistrar registrar{App{
     "  --no-progress     no progress bar\n",
     3,
     {"epochs", "batch-size", "lr", "lr-decay", "momentum", "hidden", "mode", "seed", "limit", "test-limit", "data", "out",
-     "compare", "min-accuracy", "no-progress"},
+     "compare", "min-accuracy", "no-progress", "on-trainer-failure"},
     run}};
 
 }  // namespace

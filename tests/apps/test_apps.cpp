@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "apps/common/fashion_mnist.hpp"
 #include "apps/common/local_launch.hpp"
 #include "apps/common/training_log.hpp"
+#include "apps/parameter_server/parameter_server.hpp"
 #include "support/errors.hpp"
 
 using castor::test::contains;
@@ -38,7 +40,10 @@ struct CommandResult {
 
 // Runs the castor command with `args`, killing its whole process group when
 // `limit` passes (a hang fails the test with its output, not the CI).
-CommandResult run_castor(const std::vector<std::string>& args, std::chrono::seconds limit = std::chrono::seconds(180)) {
+// `watch`, if given, sees the output so far after each read (to act on it
+// while the command runs).
+CommandResult run_castor(const std::vector<std::string>& args, std::chrono::seconds limit = std::chrono::seconds(180),
+                         const std::function<void(const std::string&)>& watch = {}) {
   int p[2];
   REQUIRE(::pipe(p) == 0);
   pid_t pid = ::fork();
@@ -64,6 +69,7 @@ CommandResult run_castor(const std::vector<std::string>& args, std::chrono::seco
     ssize_t n = ::read(p[0], buf, sizeof(buf));
     if (n > 0) {
       r.output.append(buf, size_t(n));
+      if (watch) watch(r.output);
       continue;
     }
     if (n == 0) break;  // every writer is gone
@@ -79,6 +85,41 @@ CommandResult run_castor(const std::vector<std::string>& args, std::chrono::seco
   ::kill(-pid, SIGKILL);  // strays of a failed run
   if (WIFEXITED(status) && r.output.find("[test] killed") == std::string::npos) r.code = WEXITSTATUS(status);
   return r;
+}
+
+// The process of `castor run`'s rank `rank` whose rank 0 listens on `port`
+// (from its environment), or -1.
+pid_t worker_pid(int rank, const std::string& port) {
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream env(entry.path() / "environ", std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    std::string with_nul = std::string(1, '\0') + all;
+    if (contains(with_nul, std::string(1, '\0') + "RANK=" + std::to_string(rank) + '\0') &&
+        contains(with_nul, std::string(1, '\0') + "MASTER_PORT=" + port + '\0'))
+      return pid_t(std::stol(name));
+  }
+  return -1;
+}
+
+// Runs `castor run parameter-server` on 3 workers and SIGKILLs worker2 once
+// epoch 1 has ended (while epoch 2 runs).
+CommandResult run_ps_killing_worker2(const std::vector<std::string>& extra, bool& killed) {
+  std::vector<std::string> args{"run", "parameter-server", "--workers", "3", "--epochs", "4", "--limit", "24000",
+                                "--test-limit", "1000", "--batch-size", "32"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  killed = false;
+  return run_castor(args, std::chrono::seconds(240), [&](const std::string& out) {
+    if (killed || !contains(out, "epoch 1/4 [##############################] 100%")) return;
+    auto at = out.find("listens on 127.0.0.1:");
+    REQUIRE(at != std::string::npos);
+    auto port = out.substr(at + 21, out.find_first_not_of("0123456789", at + 21) - at - 21);
+    auto pid = worker_pid(2, port);
+    REQUIRE(pid > 0);
+    REQUIRE(::kill(pid, SIGKILL) == 0);
+    killed = true;
+  });
 }
 
 // The train_loss column of a CSV the apps write.
@@ -142,6 +183,77 @@ TEST_CASE("parameter-server app, async mode with one trainer: the loss falls") {
   auto l = losses(out + ".csv");
   REQUIRE(l.size() == 3);
   CHECK(l[2] < l[0]);
+}
+
+TEST_CASE("parameter-server --on-trainer-failure continue: a trainer killed mid-training, the job finishes well") {
+  auto out = scratch("ps-continue");
+  bool killed = false;
+  auto r = run_ps_killing_worker2({"--on-trainer-failure", "continue", "--out", out}, killed);
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  // The launcher reports the death and leaves it to rank 0 (Note [Launch policy]).
+  CHECK(contains(r.output, "[launch] worker2 (killed by signal 9) died; the job goes on: rank 0's app decides"));
+  CHECK(contains(r.output, "castor run: 1 worker(s) lost while the job went on: worker2 (killed by signal 9)"));
+  // The server's handler took it out of the rounds (Note [Trainer failure]).
+  CHECK(contains(r.output, "worker worker2 (rank 2) died: connection lost; the server carries on with 1 trainer(s)"));
+  CHECK(contains(r.output, "epoch 4/4 [##############################] 100%"));
+  CHECK_FALSE(contains(r.output, "stopping the others"));
+  auto l = losses(out + ".csv");
+  REQUIRE(l.size() == 4);
+  CHECK(l[3] < l[0]);
+  auto at = r.output.find("test accuracy: ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(r.output.substr(at + 15)) > 70.0);  // a sensible accuracy, in percent
+}
+
+TEST_CASE("parameter-server, default --on-trainer-failure stop: a killed trainer fails the job at once, naming it") {
+  bool killed = false;
+  auto started = std::chrono::steady_clock::now();
+  auto r = run_ps_killing_worker2({}, killed);
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 1);
+  CHECK(contains(r.output, "[launch] worker2 (killed by signal 9) died; the job goes on: rank 0's app decides"));
+  CHECK(contains(r.output, "[worker0] error: "));
+  CHECK(contains(r.output, "worker worker2 is unreachable"));
+  // Rank 0 ends with that error; whichever exit the launcher sees first
+  // (rank 0's, or worker1's: it lost rank 0) stops the job.
+  CHECK(contains(r.output, "exited with 1; stopping the others"));
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(120));
+}
+
+TEST_CASE("parameter server, sync: a round completes without a trainer that left, averaging the pushes it got") {
+  using castor::apps::ps::ParameterServer;
+  using castor::apps::ps::Params;
+  ParameterServer server(3, 4, 0.5, 0.0, 1, true);  // 3 trainers, plain SGD with lr 0.5
+  auto before = server.parameters();
+  auto grads = [&](double v) {
+    Params g;
+    for (const auto& p : before) g.push_back(at::full_like(p, v));
+    return g;
+  };
+  auto from1 = server.update(grads(1.0), 0.5, 1);
+  auto from2 = server.update(grads(3.0), 0.5, 2);
+  CHECK_FALSE(from1.is_done());
+  CHECK(contains(castor::test::error_of<std::invalid_argument>([&] { server.update(grads(1.0), 0.5, 2); }),
+                 "trainer 2 pushed twice in one round"));
+  CHECK(server.trainer_left(3) == 2);
+  REQUIRE(from1.is_done());
+  REQUIRE(from2.is_done());
+  auto after = from1.wait();
+  for (size_t i = 0; i < after.size(); ++i) CHECK(at::allclose(after[i], before[i] - 0.5 * 2.0));  // mean of 1 and 3
+  CHECK(contains(castor::test::error_of<std::invalid_argument>([&] { server.update(grads(1.0), 0.5, 3); }),
+                 "trainer 3 is not one of this server's trainers"));
+  // The next round needs the two left only.
+  auto next1 = server.update(grads(1.0), 0.5, 1);
+  CHECK_FALSE(next1.is_done());
+  server.update(grads(1.0), 0.5, 2);
+  CHECK(next1.is_done());
+  // A trainer that leaves after pushing: its push counts, the round ends.
+  auto last = server.update(grads(2.0), 0.5, 1);
+  CHECK(server.trainer_left(2) == 1);
+  CHECK(last.is_done());
 }
 
 TEST_CASE("parameter-server app with --compare trains the libtorch reference too") {

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
@@ -286,6 +287,16 @@ CASTOR_FUNCTION(param_grad, [](int64_t context_id) {
   auto grads = castor::autograd::get_gradients(current_worker(), context_id);
   return grads.at(shared_param());
 });
+// Makes an autograd context on this worker with a call to `peer` recorded
+// in it, and keeps it open until the process ends: a context whose creator
+// may be killed while `peer` holds its part.
+CASTOR_FUNCTION(open_context_with, [](std::string peer) {
+  static std::optional<castor::autograd::Context> kept;
+  kept.emplace(current_worker());
+  auto x = at::ones({2}).set_requires_grad(true);
+  current_worker().rpc_sync<at::Tensor>(peer, "my_add", x, x);
+  return kept->id();
+});
 CASTOR_FUNCTION(param_grad_count, [](int64_t context_id) {
   return int64_t(castor::autograd::get_gradients(current_worker(), context_id).size());
 });
@@ -304,3 +315,4 @@ CASTOR_FUNCTION(shared_linear_params, [] {
   for (auto& p : layer->parameters()) out.push_back(current_worker().make_rref(p));
   return out;
 });
+
