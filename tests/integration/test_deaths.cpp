@@ -4,9 +4,17 @@
 // and the survivor releases all of it within the failure-detection bound,
 // fails what waited with errors that name the dead worker, and says in
 // castor inspect what it released. The dead worker is a real process.
+// Then a worker killed at each point of each protocol (a fork not yet
+// confirmed, a backward in flight, an optimizer step, a bulk transfer, a
+// nested call): every survivor's counts of RRefs, contexts, graph tasks and
+// calls return to zero, and the survivors shut down together.
 #include <doctest/doctest.h>
 
 #include <signal.h>
+
+#include <future>
+#include <map>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +22,8 @@
 
 #include "actors/observe/inspection.hpp"
 #include "actors/runtime/testing.hpp"
+#include "engine/context.hpp"
+#include "optimizer/dist_optimizer.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
 #include "support/errors.hpp"
@@ -69,4 +79,127 @@ TEST_CASE("a killed worker's context, forks and calls are released on the surviv
   CHECK(at::equal(mine.to_here(), at::ones({3})));
   CHECK(contains(error_of<UnreachableError>([&] { w0.shutdown(); }), "worker worker1 is unreachable"));
   CHECK(child.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+}
+
+namespace {
+
+// Every count of held state on `w`, as rref_debug_info, autograd_debug_info
+// and castor inspect's calls report them.
+std::map<std::string, int64_t> held_counts(Worker& w) {
+  auto out = w.rref_debug_info();
+  for (const auto& [k, v] : w.autograd_debug_info()) out[k] = v;
+  auto snap = nlohmann::json::parse(castor::detail::inspection_json(castor::testing::runtime(w)));
+  int64_t outgoing = 0;
+  for (const auto& [peer, n] : snap["calls"]["outgoing_in_flight"].items()) outgoing += n.get<int64_t>();
+  out["calls_outgoing"] = outgoing;
+  out["calls_incoming"] = snap["calls"]["incoming_in_flight"].get<int64_t>();
+  return out;
+}
+
+std::string nonzero(const std::map<std::string, int64_t>& counts) {
+  std::string out;
+  for (const auto& [k, v] : counts)  // cumulative totals are not state held
+    if (v != 0 && !(k.size() > 6 && k.compare(k.size() - 6, 6, "_total") == 0)) out += k + "=" + std::to_string(v) + " ";
+  return out;
+}
+
+// One world: survivors worker0 and worker2 here, worker1 a child process
+// killed (SIGKILL) at `point`; then every survivor's counts return to zero.
+void kill_worker1_at(const std::string& point) {
+  auto port = test::free_port();
+  test::ChildWorker child(1, 3, port);
+  auto o2 = test::local_options(2, 3, port);
+  if (point == "fork not yet confirmed")  // the owner's confirmations are late: worker1 dies first
+    o2.faults.rules = {FaultRule{"child_accept", 0, 0, milliseconds(2000)}, FaultRule{"ack", 0, 0, milliseconds(2000)}};
+  auto starting2 = std::async(std::launch::async, [o2] { return init_rpc(o2); });
+  auto w0 = init_rpc(test::local_options(0, 3, port));
+  auto w2 = starting2.get();
+  w0.on_worker_failure([](const WorkerFailure&) {});  // the survivors carry on (Note [Shutdown with survivors])
+  std::vector<Future<int64_t>> int_calls;
+  std::vector<Future<bool>> bool_calls;
+  std::vector<Future<at::Tensor>> tensor_calls;
+  std::string expected_error = "worker worker1 is unreachable";
+  {
+    std::optional<autograd::Context> ctx;
+    std::optional<optim::DistributedOptimizer> opt;
+    std::future<void> backward;
+    std::optional<Future<void>> step;
+    RRef<at::Tensor> shared;
+    if (point == "fork not yet confirmed") {
+      // worker0 shares its user RRef of worker2's value with worker1.
+      shared = w0.remote<at::Tensor>("worker2", "identity", at::ones({2}));
+      bool_calls.push_back(w0.rpc_async<bool>("worker1", "hold_and_sleep", std::string("k"), shared, int64_t(60000)));
+      // The owner has worker1's fork (next to worker0's own), but neither
+      // worker1 nor worker0 has its confirmation yet.
+      REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_forks") == 2; }, milliseconds(10000)));
+      CHECK(w0.rref_debug_info().at("num_pending_children") == 1);
+    } else if (point == "backward in flight") {
+      ctx.emplace(w0);
+      auto x = at::ones({2}).set_requires_grad(true);
+      auto y = w0.rpc_sync<at::Tensor>("worker2", "my_add", x, x);
+      auto z = w0.rpc_sync<at::Tensor>("worker1", "slow_backward", y, int64_t(60000));
+      backward = std::async(std::launch::async, [&ctx, z] { ctx->backward({z.sum()}); });
+      REQUIRE(eventually([&] { return w0.autograd_debug_info().at("num_running_graph_tasks") == 1; }));
+      std::this_thread::sleep_for(milliseconds(200));  // worker1 is inside the slow backward
+    } else if (point == "optimizer step") {
+      auto params = w0.rpc_sync<std::vector<RRef<at::Tensor>>>("worker1", "shared_linear_params");
+      auto more = w0.rpc_sync<std::vector<RRef<at::Tensor>>>("worker2", "shared_linear_params");
+      params.insert(params.end(), more.begin(), more.end());
+      opt.emplace(w0, optim::SGD{0.1}, params);
+      ctx.emplace(w0);
+      auto x = at::ones({3}).set_requires_grad(true);
+      ctx->backward({w0.rpc_sync<at::Tensor>("worker1", "my_add", x, x).sum()});
+      step = opt->step_async(ctx->id());
+    } else if (point == "bulk transfer") {
+      auto big = at::arange(int64_t(16) << 20, at::kFloat);  // 64 MiB over the bulk link
+      tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
+      // Mid-transfer: "the bulk link to worker worker1 broke: ..."; after it,
+      // "worker worker1 is unreachable": both name it and the cause.
+      expected_error = "worker worker1";
+    } else if (point == "nested call") {
+      // worker1 calls worker0 back twice; worker0 is serving both at the kill.
+      int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));
+      REQUIRE(eventually([&] { return held_counts(w0).at("calls_incoming") == 2; }, milliseconds(10000)));
+    }
+    child.kill();
+    if (backward.valid()) {
+      REQUIRE(backward.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+      CHECK(contains(error_of<UnreachableError>([&] { backward.get(); }), "worker1"));
+    }
+    if (step) {  // it may have ended before the kill; if not, it fails naming worker1
+      REQUIRE(eventually([&] { return step->is_done(); }, milliseconds(20000)));
+      if (auto e = step->error()) CHECK(contains(e->what(), "worker1"));
+    }
+    shared = RRef<at::Tensor>();
+    if (opt) opt.reset();
+  }  // the context ends here
+  for (auto& f : bool_calls) CHECK(contains(error_of<UnreachableError>([&] { f.wait(milliseconds(20000)); }), expected_error));
+  for (auto& f : int_calls) CHECK(contains(error_of<UnreachableError>([&] { f.wait(milliseconds(20000)); }), expected_error));
+  for (auto& f : tensor_calls) {
+    auto error = error_of<UnreachableError>([&] { f.wait(milliseconds(20000)); });
+    CHECK_MESSAGE(contains(error, expected_error), error);
+  }
+  // Within the failure-detection bound (a closed socket: at once), plus the
+  // 1.5 s nested calls and the 2 s late confirmations above.
+  for (auto* w : {&w0, &w2}) {
+    CAPTURE(w->name());
+    std::map<std::string, int64_t> counts;
+    CHECK(eventually([&] { return nonzero(counts = held_counts(*w)).empty(); }, milliseconds(10000)));
+    CHECK(nonzero(counts) == "");
+  }
+  auto stopping2 = std::async(std::launch::async, [&] { w2.shutdown(); });
+  CHECK_NOTHROW(w0.shutdown());
+  REQUIRE(stopping2.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  CHECK_NOTHROW(stopping2.get());
+  CHECK(child.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+}
+
+}  // namespace
+
+TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
+  for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
+                            "nested call"}) {
+    CAPTURE(point);
+    kill_worker1_at(point);
+  }
 }

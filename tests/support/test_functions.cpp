@@ -316,3 +316,14 @@ CASTOR_FUNCTION(shared_linear_params, [] {
   return out;
 });
 
+
+// Keeps `r` (as hold does), then sleeps: the caller's share of `r` is in
+// flight while this runs (test_deaths.cpp kills the worker meanwhile).
+CASTOR_FUNCTION(hold_and_sleep, [](std::string key, RRef<at::Tensor> r, int64_t ms) {
+  {
+    std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+    castor::test::held[current_worker().name() + "/" + key] = r;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return true;
+});
