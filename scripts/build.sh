@@ -16,3 +16,7 @@ if command -v clang++ >/dev/null; then
 else
   echo "build: clang++ not found, the fuzz target is not built (scripts/setup.sh installs it)" >&2
 fi
+# The failure-path tests under ASan and UBSan (tests/sanitize): built here
+# too, so that the CTest that runs them spends its time testing.
+case "$build_dir" in /*) sanitize_dir=$build_dir/sanitize ;; *) sanitize_dir=$PWD/$build_dir/sanitize ;; esac
+CASTOR_SANITIZE_BUILD_DIR="$sanitize_dir" CASTOR_JOBS="$jobs" tests/sanitize/build.sh
