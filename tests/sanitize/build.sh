@@ -8,7 +8,10 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build_dir=${CASTOR_SANITIZE_BUILD_DIR:-$root/build/sanitize}
 jobs=${CASTOR_JOBS:-2}
-flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+# UBSan halts on the first report through UBSAN_OPTIONS (tests/sanitize/run.sh),
+# not -fno-sanitize-recover: suppressions (ubsan.supp) apply only to
+# recoverable checks.
+flags="-fsanitize=address,undefined -fno-omit-frame-pointer"
 if [ ! -f "$build_dir/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
     -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
