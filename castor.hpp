@@ -13,6 +13,7 @@
 #include "rref/class_registry.hpp"
 #include "rref/rref.hpp"
 #include "engine/context.hpp"
+#include "optimizer/checkpoint.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "optimizer/optimizer_spec.hpp"
 #include "optimizer/remote_module.hpp"

@@ -8,6 +8,7 @@
 
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
+#include "apps/common/restarts.hpp"
 #include "apps/inspect.hpp"
 #include "apps/launch.hpp"
 #include "actors/transport/cluster_secret.hpp"
@@ -23,9 +24,12 @@ const char* kUsage =
     "                             1 server + 2 trainers (local processes), then the same model\n"
     "                             trained in one process with libtorch for comparison; takes the\n"
     "                             parameter-server flags (castor run parameter-server --help)\n"
-    "  run <app> [--workers N] [app flags]   run an app on N local worker processes\n"
+    "  run <app> [--workers N] [--max-restarts N] [app flags]\n"
+    "                             run an app on N local worker processes; with --max-restarts, a\n"
+    "                             worker's death restarts the job, up to N times per worker\n"
     "  apps                       list the apps and their flags\n"
-    "  launch <cluster.json> [--local]   start the cluster file's workers that live on this host\n"
+    "  launch <cluster.json> [--local] [--max-restarts N]\n"
+    "                             start the cluster file's workers that live on this host\n"
     "  worker --config <cluster.json> --name <worker>   run one worker of a cluster file\n"
     "  inspect <host:port> [--json] [--watch]   show what a running worker holds (--help for more)\n"
     "  secret                     print a fresh cluster secret (for a cluster file's \"secret\")\n"
@@ -57,19 +61,22 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
     return 2;
   }
   int workers = it->second.default_workers;
+  int max_restarts = 0;
   std::vector<std::string> app_args;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--workers" && i + 1 < args.size()) {
-      workers = std::atoi(args[++i].c_str());
-    } else if (args[i] == "--help") {
-      std::printf("castor run %s [--workers N]: %s\n%s", app_name.c_str(), it->second.summary.c_str(),
-                  it->second.flags_help.c_str());
-      return 0;
-    } else {
-      app_args.push_back(args[i]);
-    }
-  }
   try {
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i] == "--workers" && i + 1 < args.size()) {
+        workers = std::atoi(args[++i].c_str());
+      } else if (parse_max_restarts(args, i, max_restarts)) {
+        continue;
+      } else if (args[i] == "--help") {
+        std::printf("castor run %s [--workers N] [--max-restarts N]: %s\n%s", app_name.c_str(),
+                    it->second.summary.c_str(), it->second.flags_help.c_str());
+        return 0;
+      } else {
+        app_args.push_back(args[i]);
+      }
+    }
     parse_app_args(app_args, it->second.known_flags);  // refuse bad flags before starting anything
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor run %s: %s\n", app_name.c_str(), e.what());
@@ -79,28 +86,30 @@ int run_app(const std::string& app_name, std::vector<std::string> args) {
     std::fprintf(stderr, "castor run: --workers must be at least 1\n");
     return 2;
   }
-  auto port = free_local_port();
   auto secret = job_secret();
-  std::vector<ProcessSpec> specs;
-  for (int r = 0; r < workers; ++r) {
-    ProcessSpec s;
-    s.name = "worker" + std::to_string(r);
-    s.leader = r == 0;
-    s.argv = {self_executable(), "_app", app_name};
-    s.argv.insert(s.argv.end(), app_args.begin(), app_args.end());
-    s.env = {{"MASTER_ADDR", "127.0.0.1"},
-             {"MASTER_PORT", std::to_string(port)},
-             {"RANK", std::to_string(r)},
-             {"WORLD_SIZE", std::to_string(workers)},
-             {"CASTOR_SECRET", secret}};
-    specs.push_back(std::move(s));
-  }
-  std::printf("[run] %d worker(s) of %s; rank 0 listens on 127.0.0.1:%u (castor inspect finds the job's secret)\n",
-              workers, app_name.c_str(), unsigned(port));
-  std::fflush(stdout);
-  auto result = run_processes(specs);
-  report_lost(result, "castor run");
-  return result.exit_code;
+  // Note [Restart policy]: each start of the job gets a fresh port.
+  auto make_specs = [&](int) {
+    auto port = free_local_port();
+    std::vector<ProcessSpec> specs;
+    for (int r = 0; r < workers; ++r) {
+      ProcessSpec s;
+      s.name = "worker" + std::to_string(r);
+      s.leader = r == 0;
+      s.argv = {self_executable(), "_app", app_name};
+      s.argv.insert(s.argv.end(), app_args.begin(), app_args.end());
+      s.env = {{"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", std::to_string(port)},
+               {"RANK", std::to_string(r)},
+               {"WORLD_SIZE", std::to_string(workers)},
+               {"CASTOR_SECRET", secret}};
+      specs.push_back(std::move(s));
+    }
+    std::printf("[run] %d worker(s) of %s; rank 0 listens on 127.0.0.1:%u (castor inspect finds the job's secret)\n",
+                workers, app_name.c_str(), unsigned(port));
+    std::fflush(stdout);
+    return specs;
+  };
+  return run_with_restarts(make_specs, max_restarts, "castor run").exit_code;
 }
 
 // One rank of an app (started by run_app with RANK etc. in the environment).

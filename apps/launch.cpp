@@ -8,15 +8,18 @@
 #include "actors/api/worker.hpp"
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
+#include "apps/common/restarts.hpp"
 #include "config/cluster_file.hpp"
 
 namespace castor::apps {
 namespace {
 
 const char* kLaunchUsage =
-    "usage: castor launch <cluster.json> [--local]\n"
+    "usage: castor launch <cluster.json> [--local] [--max-restarts N]\n"
     "  starts every worker of the cluster file that lives on this host, each its own process\n"
-    "  --local   start all of the file's workers here, on 127.0.0.1 (the file's ports)\n";
+    "  --local   start all of the file's workers here, on 127.0.0.1 (the file's ports)\n"
+    "  --max-restarts N  a worker's death restarts the whole job, up to N times per worker;\n"
+    "            every worker of the file must start here (README, \"When workers fail\")\n";
 
 const char* kWorkerUsage =
     "usage: castor worker --config <cluster.json> --name <worker> [--local]\n"
@@ -69,10 +72,18 @@ int run_app_rank(const std::string& app_name, const std::vector<std::string>& ar
 int launch_command(const std::vector<std::string>& args) {
   std::string path;
   bool local = false;
-  for (const auto& a : args) {
+  int max_restarts = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const auto& a = args[i];
     if (a == "--help" || a == "-h") {
       std::fputs(kLaunchUsage, stdout);
       return 0;
+    }
+    try {
+      if (parse_max_restarts(args, i, max_restarts)) continue;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "castor launch: %s\n", e.what());
+      return 2;
     }
     if (a == "--local")
       local = true;
@@ -115,10 +126,22 @@ int launch_command(const std::vector<std::string>& args) {
                    path.c_str(), hosts.c_str());
       return 2;
     }
-    std::printf("[launch] starting %zu of %zu worker(s) from %s\n", specs.size(), file.workers.size(), path.c_str());
-    std::fflush(stdout);
-    auto result = run_processes(specs);
-    report_lost(result, "castor launch");
+    // Note [Restart policy]: the job restarts whole, so this launch must hold all of it.
+    if (max_restarts > 0 && specs.size() != file.workers.size()) {
+      std::fprintf(stderr,
+                   "castor launch: --max-restarts restarts the whole job, so every worker of %s must start here "
+                   "(--local), but %zu of %zu live on other hosts (%s)\n",
+                   path.c_str(), file.workers.size() - specs.size(), file.workers.size(), hosts.c_str());
+      return 2;
+    }
+    auto result = run_with_restarts(
+        [&](int) {
+          std::printf("[launch] starting %zu of %zu worker(s) from %s\n", specs.size(), file.workers.size(),
+                      path.c_str());
+          std::fflush(stdout);
+          return specs;
+        },
+        max_restarts, "castor launch");
     if (result.exit_code != 0)
       std::fprintf(stderr, "castor launch: worker %s failed (exit code %d)\n", result.failed.c_str(), result.exit_code);
     return result.exit_code;

@@ -15,6 +15,7 @@ std::vector<Figure> bench_autograd(const Options& opts);
 std::vector<Figure> bench_train(const Options& opts);
 std::vector<Figure> bench_scale(const Options& opts);
 std::vector<Figure> bench_sweep(const Options& opts);
+std::vector<Figure> bench_recovery(const Options& opts);
 
 /// The sweep's picture: latency and throughput against payload size.
 void write_sweep_svg(const std::vector<Figure>& figures, const std::string& path);

@@ -92,7 +92,55 @@ def suite_sweep(out, reps):
         out[f"sweep_echo_{kib}KiB_MiB_per_s"] = 2.0 * kib / 1024 / (us / 1e6)
 
 
-SUITES = {"rpc": suite_rpc, "rref": suite_rref, "autograd": suite_autograd, "sweep": suite_sweep}
+def save_module(module_rref, path):
+    torch.save(module_rref.local_value().state_dict(), path)
+    return os.path.getsize(path)
+
+
+def suite_recovery(out, reps):
+    # The modules of castor's recovery suite, saved PyTorch's way: an RPC to
+    # the owner to torch.save its module, torch.save of the local one, and a
+    # small JSON index. (torch.distributed.optim.DistributedOptimizer has no
+    # state_dict: Adam's state cannot be saved, so there is no such figure.)
+    from torch.distributed.optim import DistributedOptimizer
+    import tempfile
+    body = rpc.remote("worker1", torch.nn.Linear, args=(1024, 1024))
+    head = torch.nn.Linear(1024, 10)
+    folder = tempfile.mkdtemp(prefix="pytorch-bench-checkpoint-")
+
+    def save():
+        pending = rpc.rpc_async("worker1", save_module, args=(body, os.path.join(folder, "body.pt")))
+        torch.save(head.state_dict(), os.path.join(folder, "head.pt"))
+        size = pending.wait()
+        with open(os.path.join(folder, "index.json"), "w") as f:
+            json.dump({"body": size}, f)
+
+    out["checkpoint_modules_save_ms"] = median_us(10 * reps, save, 2) / 1e3
+    params = [rpc.RRef(p) for p in head.parameters()]
+    params += rpc.rpc_sync("worker1", param_rrefs, args=(body,))
+    opt = DistributedOptimizer(torch.optim.Adam, params, lr=1e-3)
+    x, y = torch.randn(64, 1024), torch.randn(64, 10)
+
+    def ten_steps():
+        for _ in range(10):
+            with dist_autograd.context() as cid:
+                h = body.rpc_sync().forward(x).relu()
+                loss = torch.nn.functional.mse_loss(head(h), y)
+                dist_autograd.backward(cid, [loss])
+                opt.step(cid)
+
+    out["train_10_steps_ms"] = median_us(5 * reps, ten_steps, 1) / 1e3
+    for name in os.listdir(folder):
+        os.remove(os.path.join(folder, name))
+    os.rmdir(folder)
+
+
+def param_rrefs(module_rref):
+    return [rpc.RRef(p) for p in module_rref.local_value().parameters()]
+
+
+SUITES = {"rpc": suite_rpc, "rref": suite_rref, "autograd": suite_autograd, "sweep": suite_sweep,
+          "recovery": suite_recovery}
 # Suites that need more than two workers, with their world size.
 WIDE = {"autograd": (suite_autograd_chain, 4)}
 

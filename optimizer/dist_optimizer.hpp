@@ -13,6 +13,10 @@
 #include "optimizer/optimizer_spec.hpp"
 #include "rref/rref.hpp"
 
+namespace castor {
+class Checkpoint;
+}
+
 namespace castor::optim {
 
 class DistributedOptimizer {
@@ -32,6 +36,7 @@ class DistributedOptimizer {
   const Spec& spec() const { return spec_; }
 
  private:
+  friend class castor::Checkpoint;  // saves and loads each owner's optimizer
   Worker* w_;
   Spec spec_;
   std::vector<std::pair<std::string, int64_t>> owners_;  // (owner worker, its optimizer id)

@@ -14,11 +14,14 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/rmsprop.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include "actors/api/current_worker.hpp"
 #include "actors/calls/serial_jobs.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/context.hpp"
+#include "rref/class_registry.hpp"
 #include "rref/rref.hpp"
 
 namespace castor::detail {
@@ -165,6 +168,30 @@ std::function<void()> refused(WorkerServices& rt, Promise<T> p) {
   };
 }
 
+// Runs `job` as one job of the optimizer actor (one at a time, after the
+// jobs before it); the Future gives its result or its error, named `what`.
+template <class T>
+Future<T> post_job(WorkerServices& rt, const char* what, std::function<T(LocalOptimizers&)> job) {
+  auto lo = local_optimizers(rt);
+  Promise<T> p(rt.callback_runner());
+  auto lo_name = rt.name();
+  caf::anon_send(lo->actor, OptimJob{[lo, p, lo_name, what, job = std::move(job)] {
+    try {
+      p.try_set_value(job(*lo));
+    } catch (...) {
+      p.try_set_error(error_from_exception(std::current_exception(), lo_name, what));
+    }
+  }, refused(rt, p)});
+  return p.future();
+}
+
+torch::optim::Optimizer& optimizer_of(WorkerServices& rt, LocalOptimizers& lo, int64_t id) {
+  auto it = lo.optimizers.find(id);
+  if (it == lo.optimizers.end())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, rt.name(), "worker " + rt.name() + " has no optimizer " + std::to_string(id)});
+  return *it->second.first;
+}
+
 }  // namespace
 
 std::unique_ptr<OptimizerHooks> make_local_optimizers(WorkerServices& rt) {
@@ -172,35 +199,52 @@ std::unique_ptr<OptimizerHooks> make_local_optimizers(WorkerServices& rt) {
 }
 
 Future<int64_t> create_local_optimizer(WorkerServices& rt, optim::Spec spec, std::vector<at::Tensor> params) {
-  auto lo = local_optimizers(rt);
-  Promise<int64_t> p(rt.callback_runner());
-  auto lo_name = rt.name();
-  caf::anon_send(lo->actor, OptimJob{[lo, p, lo_name, spec = std::move(spec), params = std::move(params)] {
-    try {
-      auto id = lo->next_id++;
-      lo->optimizers.emplace(id, std::make_pair(make_optimizer(spec, params), params));
-      p.try_set_value(id);
-    } catch (...) {
-      p.try_set_error(error_from_exception(std::current_exception(), lo_name, "creating an optimizer"));
-    }
-  }, refused(rt, p)});
-  return p.future();
+  return post_job<int64_t>(rt, "creating an optimizer", [spec = std::move(spec), params = std::move(params)](LocalOptimizers& lo) {
+    auto id = lo.next_id++;
+    lo.optimizers.emplace(id, std::make_pair(make_optimizer(spec, params), params));
+    return id;
+  });
 }
 
 Future<bool> step_local_optimizer(WorkerServices& rt, int64_t id, int64_t context) {
-  auto lo = local_optimizers(rt);
-  Promise<bool> p(rt.callback_runner());
   auto* rtp = &rt;
-  auto lo_name = rt.name();
-  caf::anon_send(lo->actor, OptimJob{[lo, p, rtp, lo_name, id, context] {
-    try {
-      run_step(*rtp, *lo, id, context);
-      p.try_set_value(true);
-    } catch (...) {
-      p.try_set_error(error_from_exception(std::current_exception(), lo_name, "an optimizer step"));
-    }
-  }, refused(rt, p)});
-  return p.future();
+  return post_job<bool>(rt, "an optimizer step", [rtp, id, context](LocalOptimizers& lo) {
+    run_step(*rtp, lo, id, context);
+    return true;
+  });
+}
+
+// Note [Checkpoint]: an optimizer's state and a set of tensors are saved and
+// loaded as jobs of the optimizer actor, so never in the middle of a step
+// that another trainer's DistributedOptimizer runs on the same parameters.
+Future<int64_t> save_local_optimizer(WorkerServices& rt, int64_t id, std::string path) {
+  auto* rtp = &rt;
+  return post_job<int64_t>(rt, "saving an optimizer's state", [rtp, id, path](LocalOptimizers& lo) {
+    auto& opt = optimizer_of(*rtp, lo, id);
+    return write_state_file(path, [&opt](torch::serialize::OutputArchive& a) { opt.save(a); });
+  });
+}
+
+Future<bool> load_local_optimizer(WorkerServices& rt, int64_t id, std::string path) {
+  auto* rtp = &rt;
+  return post_job<bool>(rt, "loading an optimizer's state", [rtp, id, path](LocalOptimizers& lo) {
+    auto& opt = optimizer_of(*rtp, lo, id);
+    read_state_file(path, [&opt](torch::serialize::InputArchive& a) { opt.load(a); });
+    return true;
+  });
+}
+
+Future<int64_t> save_local_tensors(WorkerServices& rt, std::vector<at::Tensor> tensors, std::string path) {
+  return post_job<int64_t>(rt, "saving tensors", [tensors = std::move(tensors), path](LocalOptimizers&) {
+    return write_state_file(path, [&tensors](torch::serialize::OutputArchive& a) { save_tensors(a, tensors); });
+  });
+}
+
+Future<bool> load_local_tensors(WorkerServices& rt, std::vector<at::Tensor> tensors, std::string path) {
+  return post_job<bool>(rt, "loading tensors", [tensors = std::move(tensors), path](LocalOptimizers&) {
+    read_state_file(path, [&tensors](torch::serialize::InputArchive& a) { load_tensors(a, tensors); });
+    return true;
+  });
 }
 
 void register_optimizer_functions() {
@@ -215,6 +259,23 @@ void register_optimizer_functions() {
     }));
     reg.add(make_function_entry("castor.optim.step", [](int64_t id, int64_t context) {
       return step_local_optimizer(detail::services(current_worker()), id, context);
+    }));
+    // Note [Checkpoint]: what Checkpoint asks of an owner.
+    reg.add(make_function_entry("castor.ckpt.save_optimizer", [](int64_t id, std::string path) {
+      return save_local_optimizer(detail::services(current_worker()), id, std::move(path));
+    }));
+    reg.add(make_function_entry("castor.ckpt.load_optimizer", [](int64_t id, std::string path) {
+      return load_local_optimizer(detail::services(current_worker()), id, std::move(path));
+    }));
+    reg.add(make_function_entry("castor.ckpt.save_tensors", [](std::vector<RRef<at::Tensor>> owned, std::string path) {
+      std::vector<at::Tensor> tensors;
+      for (auto& r : owned) tensors.push_back(r.local_value());  // the tensors themselves, not copies
+      return save_local_tensors(detail::services(current_worker()), std::move(tensors), std::move(path));
+    }));
+    reg.add(make_function_entry("castor.ckpt.load_tensors", [](std::vector<RRef<at::Tensor>> owned, std::string path) {
+      std::vector<at::Tensor> tensors;
+      for (auto& r : owned) tensors.push_back(r.local_value());
+      return load_local_tensors(detail::services(current_worker()), std::move(tensors), std::move(path));
     }));
   });
 }

@@ -20,6 +20,13 @@ template <class M, class = void>
 struct is_holder : std::false_type {};
 template <class M>
 struct is_holder<M, std::void_t<decltype(std::declval<M&>().operator->())>> : std::true_type {};
+template <class M, class = void>
+struct has_archive_save : std::false_type {};
+template <class M>
+struct has_archive_save<
+    M, std::void_t<decltype(std::declval<const M&>().save(std::declval<torch::serialize::OutputArchive&>())),
+                   decltype(std::declval<M&>().load(std::declval<torch::serialize::InputArchive&>()))>>
+    : std::true_type {};
 }  // namespace detail
 
 /// What lives on the owner: the module, constructed there.
@@ -52,6 +59,25 @@ class ModuleHost {
   }
 
   M& module() { return module_; }
+
+  /// Note [Checkpoint]: a torch::nn module saves itself (parameters,
+  /// buffers, submodules); any other M, its parameters by position.
+  void save(torch::serialize::OutputArchive& archive) const {
+    if constexpr (detail::is_holder<M>::value)
+      module_->save(archive);
+    else if constexpr (detail::has_archive_save<M>::value)
+      module_.save(archive);
+    else
+      castor::detail::save_tensors(archive, const_cast<ModuleHost*>(this)->parameters());
+  }
+  void load(torch::serialize::InputArchive& archive) {
+    if constexpr (detail::is_holder<M>::value)
+      module_->load(archive);
+    else if constexpr (detail::has_archive_save<M>::value)
+      module_.load(archive);
+    else
+      castor::detail::load_tensors(archive, parameters());
+  }
 
  private:
   M module_;
@@ -88,4 +114,5 @@ class RemoteModule {
   CASTOR_CLASS(castor::nn::ModuleHost<M>)                          \
       .constructor<__VA_ARGS__>()                                  \
       .method("forward", &castor::nn::ModuleHost<M>::forward)      \
-      .method("parameter_rrefs", &castor::nn::ModuleHost<M>::parameter_rrefs)
+      .method("parameter_rrefs", &castor::nn::ModuleHost<M>::parameter_rrefs)  \
+      .checkpointed()

@@ -13,7 +13,28 @@
 
 #include "actors/api/registry.hpp"
 
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
+
 namespace castor::detail {
+
+/// Note [Checkpoint] (optimizer/checkpoint.cpp): the methods that
+/// `.checkpointed()` adds; Checkpoint calls them on the object's owner.
+inline constexpr const char* kSaveStateMethod = "castor.save_state";
+inline constexpr const char* kLoadStateMethod = "castor.load_state";
+
+/// C1: writes what `fill` puts into an archive to `path` whole or not at
+/// all (a temporary file, fsync, rename). Returns the file's size.
+int64_t write_state_file(const std::string& path, const std::function<void(torch::serialize::OutputArchive&)>& fill);
+/// Loads `path` into an archive and hands it to `read`.
+void read_state_file(const std::string& path, const std::function<void(torch::serialize::InputArchive&)>& read);
+/// Tensors by position ("0", "1", ...): the state of a module that is no
+/// torch::nn::Module. Loading checks the count and shapes, then copies into
+/// `into` in place (whoever holds them, an optimizer too, sees the values).
+void save_tensors(torch::serialize::OutputArchive& archive, const std::vector<at::Tensor>& tensors);
+void load_tensors(torch::serialize::InputArchive& archive, const std::vector<at::Tensor>& into);
 
 using ObjectPtr = std::shared_ptr<void>;
 
@@ -93,6 +114,24 @@ MethodEntry make_method_entry(std::string cls, std::string name, M m, type_list<
   return e;
 }
 
+/// A method of one std::string argument made from a callable on T& (the
+/// state methods, which T does not declare under these names).
+template <class T, class R, class F>
+MethodEntry make_path_method_entry(const std::string& cls, const char* name, F f) {
+  MethodEntry e;
+  e.name = name;
+  e.params = params_of(type_list<std::string>{});
+  e.result = ValueTraits<R>::name();
+  auto what = "method '" + cls + "." + name + "'";
+  auto params = e.params;
+  e.invoke = [f, what, params](void* object, std::vector<Value>&& args, Completion done) {
+    if (args.size() != 1) throw CallFailure{ErrorKind::Type, arity_message(what, params, args.size())};
+    auto path = convert_argument<std::string>(std::move(args[0]), 0, what);
+    deliver_result<R>([&]() -> R { return f(*static_cast<T*>(object), path); }, done);
+  };
+  return e;
+}
+
 /// What CASTOR_CLASS(T) starts: `.constructor<Args...>()`, `.method(name, &T::m)`,
 /// `.concurrent()`; each returns the builder, so the calls chain.
 template <class T>
@@ -125,6 +164,27 @@ class ClassBuilder {
                                                               std::make_index_sequence<Args::size>{});
     if (!entry_->methods.emplace(name, std::move(e)).second)
       FunctionRegistry::instance().add_problem("method '" + entry_->name + "." + name + "' is registered twice");
+    return *this;
+  }
+
+  /// Note [Checkpoint]: lets castor::Checkpoint save and restore objects of
+  /// T, which has `void save(torch::serialize::OutputArchive&) const` and
+  /// `void load(torch::serialize::InputArchive&)`. They run on the owner as
+  /// method calls do: one at a time with the object's other calls, unless
+  /// the class is concurrent (then T synchronizes them too).
+  ClassBuilder& checkpointed() {
+    auto add = [this](MethodEntry e) {
+      auto name = e.name;
+      if (!entry_->methods.emplace(name, std::move(e)).second)
+        FunctionRegistry::instance().add_problem("class '" + entry_->name + "' is made checkpointed twice");
+    };
+    add(make_path_method_entry<T, int64_t>(entry_->name, kSaveStateMethod, [](T& self, const std::string& path) {
+      return write_state_file(path, [&self](torch::serialize::OutputArchive& a) { std::as_const(self).save(a); });
+    }));
+    add(make_path_method_entry<T, bool>(entry_->name, kLoadStateMethod, [](T& self, const std::string& path) {
+      read_state_file(path, [&self](torch::serialize::InputArchive& a) { self.load(a); });
+      return true;
+    }));
     return *this;
   }
 

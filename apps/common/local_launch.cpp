@@ -17,6 +17,12 @@
 //  L4. On a host without rank 0 (castor launch of part of a cluster), the
 //      launch ends when its own workers have; a worker lost there is its
 //      exit code, as this host's verdict.
+//  L5. Under a restart policy (Note [Restart policy], restarts.cpp) a worker
+//      that dies of a signal the launcher did not send stops the others at
+//      once instead: the job will be started again whole. The deaths are
+//      reported (LaunchResult::died) whoever ended first: a worker that
+//      died and the rank 0 that failed because of it are often reaped in
+//      the same round, and the death is taken first.
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
@@ -31,6 +37,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -108,7 +115,8 @@ std::string self_executable() {
 
 uint16_t free_local_port() { return castor::detail::net::free_local_port(); }
 
-LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::milliseconds grace) {
+LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::milliseconds grace,
+                           bool stop_on_death) {
   std::vector<Child> children;
   for (const auto& spec : specs) {
     int p[2];
@@ -157,16 +165,28 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
         flush_lines(c, true);
       }
     }
+    // Every exit of this round first, then the deaths before the other
+    // exits: a killed worker and the rank 0 that failed because of it may
+    // end in the same round, and the death is the cause (L5).
+    std::vector<std::pair<Child*, int>> exits;
     for (auto& c : children) {
       if (c.exited) continue;
       int status = 0;
       if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
       c.exited = true;
       --alive;
+      exits.emplace_back(&c, status);
+    }
+    std::stable_partition(exits.begin(), exits.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
+    const auto ending_before = ending;  // the signals of this round's exits were not ours unless sent before it
+    for (auto& [child, status] : exits) {
+      auto& c = *child;
       bool signaled = WIFSIGNALED(status);
       c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (ending >= Ending::terminating || c.code == 0) continue;  // we stopped it, or it ended well
       auto died = c.name + " (killed by signal " + std::to_string(signaled ? WTERMSIG(status) : 0) + ")";
+      bool ours = ending_before == Ending::killing || (ending_before == Ending::terminating && WTERMSIG(status) == SIGTERM);
+      if (signaled && !ours) result.died.push_back(Death{c.name, WTERMSIG(status)});
+      if (ending >= Ending::terminating || c.code == 0) continue;  // we stopped it, or it ended well
       if (c.leader) {  // L1
         result.exit_code = c.code;
         result.failed = c.name;
@@ -175,6 +195,11 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       } else if (ending == Ending::waiting) {
         std::printf("[launch] %s exited with %d after rank 0 ended\n", c.name.c_str(), c.code);
         result.lost.push_back(signaled ? died : c.name + " (exit code " + std::to_string(c.code) + ")");
+      } else if (signaled && stop_on_death) {  // L5
+        result.exit_code = c.code;
+        result.failed = c.name;
+        std::printf("[launch] %s died; stopping the others\n", died.c_str());
+        terminate_others();
       } else if (signaled) {  // L3
         result.lost.push_back(died);
         std::printf("[launch] %s died; the job goes on: rank 0's app decides\n", died.c_str());

@@ -16,16 +16,23 @@ struct ProcessSpec {
   bool leader = false;                       // rank 0: its end is the job's end
 };
 
+struct Death {
+  std::string name;
+  int signal = 0;
+};
+
 struct LaunchResult {
   int exit_code = 0;          // the job's verdict (Note [Launch policy])
   std::string failed;         // the process whose exit decided a failure, if any
   std::vector<std::string> lost;  // "worker2 (killed by signal 9)": died while the job went on
+  std::vector<Death> died;        // every worker killed by a signal the launcher did not send, in the order seen
 };
 
 /// Runs the processes until the job ends (Note [Launch policy]); those still
-/// running then get SIGTERM, then SIGKILL after `grace`.
+/// running then get SIGTERM, then SIGKILL after `grace`. `stop_on_death`:
+/// a worker killed by a signal stops the job (L5).
 LaunchResult run_processes(const std::vector<ProcessSpec>& specs,
-                           std::chrono::milliseconds grace = std::chrono::seconds(5));
+                           std::chrono::milliseconds grace = std::chrono::seconds(5), bool stop_on_death = false);
 
 /// Prints the workers lost while the job went on (Note [Launch policy], L3).
 void report_lost(const LaunchResult& result, const std::string& command);

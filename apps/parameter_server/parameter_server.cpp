@@ -12,8 +12,11 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/optim/sgd.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include "apps/common/progress.hpp"
+#include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/rref.hpp"
 
@@ -147,6 +150,25 @@ void ParameterServer::set_learning_rate(double lr) {
   for (auto& group : optimizer_->param_groups()) static_cast<torch::optim::SGDOptions&>(group.options()).lr(lr);
 }
 
+void ParameterServer::save(torch::serialize::OutputArchive& archive) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!pushed_.empty()) throw std::logic_error("ParameterServer: cannot save in the middle of a sync round");
+  torch::serialize::OutputArchive params(archive.compilation_unit()), optimizer(archive.compilation_unit());
+  castor::detail::save_tensors(params, params_);
+  optimizer_->save(optimizer);
+  archive.write("params", params);
+  archive.write("optimizer", optimizer);
+}
+
+void ParameterServer::load(torch::serialize::InputArchive& archive) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  torch::serialize::InputArchive params, optimizer;
+  archive.read("params", params);
+  archive.read("optimizer", optimizer);
+  castor::detail::load_tensors(params, params_);  // checks the shapes: another --hidden is refused
+  optimizer_->load(optimizer);
+}
+
 Evaluation ParameterServer::evaluate(const Dataset& data) {
   std::lock_guard<std::mutex> lock(mutex_);
   return ps::evaluate(params_, data);
@@ -161,7 +183,8 @@ using castor::apps::ps::Params;
 CASTOR_CLASS(ParameterServer)
     .constructor<int64_t, int64_t, double, double, int64_t, bool>()
     .method("parameters", &ParameterServer::parameters)
-    .method("update", &ParameterServer::update);
+    .method("update", &ParameterServer::update)
+    .checkpointed();
 
 // One trainer's epoch: `steps` steps on its shard, each pushing gradients and
 // continuing from the parameters the server returns. Returns its mean loss.
@@ -191,6 +214,62 @@ CASTOR_FUNCTION(ps_train_epoch, [](RRef<ParameterServer> server, int64_t rank, i
 });
 
 namespace castor::apps::ps {
+namespace {
+
+// Note [Parameter-server checkpoints]: what a checkpoint must have been made
+// with to be resumed by this run (all but the number of epochs).
+std::string settings_of(const PsConfig& cfg, int64_t trainers) {
+  char buf[1024];
+  std::snprintf(buf, sizeof(buf),
+                "trainers=%lld hidden=%lld seed=%lld batch=%lld mode=%s lr=%g momentum=%g lr-decay=%g limit=%lld data=%s",
+                (long long)trainers, (long long)cfg.hidden, (long long)cfg.seed, (long long)cfg.batch,
+                cfg.sync ? "sync" : "async", cfg.lr, cfg.momentum, cfg.lr_decay, (long long)cfg.limit,
+                cfg.data_dir.c_str());
+  return buf;
+}
+
+std::string encode(const EpochResult& r) {
+  char buf[256];
+  std::snprintf(buf, sizeof(buf), "%.17g %.17g %.17g %.17g %.17g", r.train_loss, r.test.loss, r.test.accuracy,
+                r.seconds, r.samples_per_s);
+  return buf;
+}
+
+EpochResult decode(int64_t epoch, const std::string& s) {
+  EpochResult r;
+  r.epoch = epoch;
+  if (std::sscanf(s.c_str(), "%lf %lf %lf %lf %lf", &r.train_loss, &r.test.loss, &r.test.accuracy, &r.seconds,
+                  &r.samples_per_s) != 5)
+    throw CheckpointError("parameter-server: the checkpoint's result of epoch " + std::to_string(epoch) +
+                          " is damaged ('" + s + "')");
+  return r;
+}
+
+// Restores the last checkpoint, if any, into the server; returns the
+// results of the epochs it covers.
+std::vector<EpochResult> resume(Checkpoint& checkpoint, const std::string& settings) {
+  auto saved = checkpoint.latest();
+  if (!saved) return {};
+  auto made_with = saved->meta.count("settings") ? saved->meta.at("settings") : std::string("(none)");
+  if (made_with != settings)
+    throw CheckpointError("parameter-server: the checkpoint in " + checkpoint.directory() + " (epoch " +
+                          std::to_string(saved->step) + ") was made with " + made_with + "; this run has " + settings +
+                          ": give another --checkpoint-dir");
+  auto restored = checkpoint.restore();
+  std::vector<EpochResult> results;
+  for (int64_t e = 1; e <= restored->step; ++e) {
+    auto it = restored->meta.find("epoch." + std::to_string(e));
+    if (it == restored->meta.end())
+      throw CheckpointError("parameter-server: the checkpoint has no result for epoch " + std::to_string(e));
+    results.push_back(decode(e, it->second));
+  }
+  std::printf("resuming after epoch %lld from the checkpoint in %s\n", (long long)restored->step,
+              checkpoint.directory().c_str());
+  std::fflush(stdout);
+  return results;
+}
+
+}  // namespace
 
 std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
                                               const std::function<void(const EpochResult&)>& on_epoch) {
@@ -221,8 +300,18 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     }
   } remove_handler{w, on_failure};
   std::vector<EpochResult> results;
+  // Note [Parameter-server checkpoints]
+  auto settings = settings_of(cfg, trainers);
+  std::optional<Checkpoint> checkpoint;
+  if (!cfg.checkpoint_dir.empty()) {
+    checkpoint.emplace(w, cfg.checkpoint_dir);
+    checkpoint->add("server", server);
+    results = resume(*checkpoint, settings);
+    if (on_epoch)
+      for (const auto& r : results) on_epoch(r);  // the curves include the epochs before the restart
+  }
   const auto epoch_timeout = castor::Timeout{std::chrono::minutes(30)};
-  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
+  for (int64_t epoch = int64_t(results.size()) + 1; epoch <= cfg.epochs; ++epoch) {
     std::vector<int64_t> active;  // the trainers alive as the epoch starts
     for (int64_t r = 1; r <= trainers; ++r)
       if (w.is_alive(r)) active.push_back(r);
@@ -271,6 +360,13 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     bar.finish(note);
     results.push_back(r);
     if (on_epoch) on_epoch(r);
+    if (checkpoint && (epoch % cfg.checkpoint_every == 0 || epoch == cfg.epochs)) {
+      std::map<std::string, std::string> meta{{"settings", settings}};
+      for (const auto& done : results) meta["epoch." + std::to_string(done.epoch)] = encode(done);
+      checkpoint->save(epoch, std::move(meta));
+      std::printf("checkpoint: epoch %lld saved in %s\n", (long long)epoch, checkpoint->directory().c_str());
+      std::fflush(stdout);
+    }
   }
   return results;
 }

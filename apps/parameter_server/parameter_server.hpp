@@ -26,6 +26,18 @@
 //       trainers left, each on its own shard; the dead trainer's shard is
 //       not trained on any more. The job ends with exit 0 while one
 //       trainer is left.
+//
+// Note [Parameter-server checkpoints]
+// With --checkpoint-dir D, the driver saves the server (its parameters and
+// SGD momentum) with castor::Checkpoint after every --checkpoint-every
+// epochs, with the results so far and the run's settings in the manifest's
+// meta. At start it restores the last checkpoint of D, if there is one, and
+// goes on from the epoch after it: a job that `castor run --max-restarts`
+// started again after a death resumes where the checkpoint left it. The
+// trainers' shards depend only on the seed, the epoch and their rank, so a
+// resumed sync run repeats the epochs the undisturbed run would have run. A
+// checkpoint of other settings (model, seed, trainers, batch, mode, data)
+// is refused, naming both.
 #pragma once
 
 #include <functional>
@@ -41,6 +53,10 @@
 namespace torch::optim {
 class Optimizer;
 }
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
 
 namespace castor::apps::ps {
 
@@ -58,6 +74,8 @@ struct PsConfig {
   std::string data_dir = default_fashion_mnist_dir();
   bool progress = true;    // draw a progress bar per epoch
   bool continue_on_trainer_failure = false;  // Note [Trainer failure]
+  std::string checkpoint_dir;  // Note [Parameter-server checkpoints]; empty: none
+  int64_t checkpoint_every = 1;  // epochs between checkpoints
 };
 
 struct EpochResult {
@@ -90,6 +108,11 @@ class ParameterServer {
   double take_epoch_loss();         // mean pushed loss since the last call
   Evaluation evaluate(const Dataset& data);
   void set_learning_rate(double lr);
+
+  /// Note [Parameter-server checkpoints]: the parameters and the optimizer's
+  /// momentum, between rounds (CASTOR_CLASS(...).checkpointed()).
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
 
  private:
   void apply(double divisor);

@@ -35,6 +35,9 @@ PsConfig config_from(const AppArgs& args) {
   if (on_failure != "stop" && on_failure != "continue")
     throw std::invalid_argument("--on-trainer-failure must be stop or continue, got '" + on_failure + "'");
   c.continue_on_trainer_failure = on_failure == "continue";
+  c.checkpoint_dir = args.get("checkpoint-dir", "");
+  c.checkpoint_every = args.get_int("checkpoint-every", c.checkpoint_every);
+  if (c.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
   if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");
   if (c.epochs < 1 || c.batch < 1) throw std::invalid_argument("--epochs and --batch-size must be at least 1");
   return c;
@@ -92,6 +95,8 @@ AppRegistrar registrar{App{
     "  --mode sync|async sync: average every trainer's gradients per round; async: apply each push (default sync)\n"
     "  --on-trainer-failure stop|continue\n"
     "                    when a trainer dies: fail the job, or go on with the trainers left (default stop)\n"
+    "  --checkpoint-dir D  save the server to D after each epoch, and resume from D's last checkpoint at start\n"
+    "  --checkpoint-every N  epochs between checkpoints (default 1)\n"
     "  --seed N          initialisation and shuffling seed (default 1)\n"
     "  --limit N         use the first N training samples (default all 60000)\n"
     "  --test-limit N    use the first N test samples (default all 10000)\n"
@@ -102,7 +107,7 @@ AppRegistrar registrar{App{
     "  --no-progress     no progress bar\n",
     3,
     {"epochs", "batch-size", "lr", "lr-decay", "momentum", "hidden", "mode", "seed", "limit", "test-limit", "data", "out",
-     "compare", "min-accuracy", "no-progress", "on-trainer-failure"},
+     "compare", "min-accuracy", "no-progress", "on-trainer-failure", "checkpoint-dir", "checkpoint-every"},
     run}};
 
 }  // namespace

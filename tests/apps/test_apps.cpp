@@ -25,83 +25,17 @@
 #include "apps/common/local_launch.hpp"
 #include "apps/common/training_log.hpp"
 #include "apps/parameter_server/parameter_server.hpp"
+#include "apps/cli_runs.hpp"
 #include "support/errors.hpp"
 
 using castor::test::contains;
+using castor::test::CommandResult;
+using castor::test::run_castor;
+using castor::test::worker_pid;
 
 namespace {
 
 namespace fs = std::filesystem;
-
-struct CommandResult {
-  int code = -1;       // exit code; -1 when it had to be killed
-  std::string output;  // stdout and stderr
-};
-
-// Runs the castor command with `args`, killing its whole process group when
-// `limit` passes (a hang fails the test with its output, not the CI).
-// `watch`, if given, sees the output so far after each read (to act on it
-// while the command runs).
-CommandResult run_castor(const std::vector<std::string>& args, std::chrono::seconds limit = std::chrono::seconds(180),
-                         const std::function<void(const std::string&)>& watch = {}) {
-  int p[2];
-  REQUIRE(::pipe(p) == 0);
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    ::dup2(p[1], 1);
-    ::dup2(p[1], 2);
-    ::close(p[0]);
-    ::close(p[1]);
-    std::vector<char*> argv{const_cast<char*>(CASTOR_CLI_PATH)};
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(argv[0], argv.data());
-    ::_exit(127);
-  }
-  ::close(p[1]);
-  CommandResult r;
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  char buf[4096];
-  for (;;) {
-    pollfd fd{p[0], POLLIN, 0};
-    ::poll(&fd, 1, 200);
-    ssize_t n = ::read(p[0], buf, sizeof(buf));
-    if (n > 0) {
-      r.output.append(buf, size_t(n));
-      if (watch) watch(r.output);
-      continue;
-    }
-    if (n == 0) break;  // every writer is gone
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(-pid, SIGKILL);
-      r.output += "\n[test] killed after " + std::to_string(limit.count()) + " s";
-      break;
-    }
-  }
-  ::close(p[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::kill(-pid, SIGKILL);  // strays of a failed run
-  if (WIFEXITED(status) && r.output.find("[test] killed") == std::string::npos) r.code = WEXITSTATUS(status);
-  return r;
-}
-
-// The process of `castor run`'s rank `rank` whose rank 0 listens on `port`
-// (from its environment), or -1.
-pid_t worker_pid(int rank, const std::string& port) {
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    auto name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream env(entry.path() / "environ", std::ios::binary);
-    std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-    std::string with_nul = std::string(1, '\0') + all;
-    if (contains(with_nul, std::string(1, '\0') + "RANK=" + std::to_string(rank) + '\0') &&
-        contains(with_nul, std::string(1, '\0') + "MASTER_PORT=" + port + '\0'))
-      return pid_t(std::stol(name));
-  }
-  return -1;
-}
 
 // Runs `castor run parameter-server` on 3 workers and SIGKILLs worker2 once
 // epoch 1 has ended (while epoch 2 runs).

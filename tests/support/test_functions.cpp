@@ -9,6 +9,8 @@
 #include <thread>
 
 #include <ATen/ATen.h>
+#include <torch/serialize/input-archive.h>
+#include <torch/serialize/output-archive.h>
 
 #include "actors/api/worker.hpp"
 #include "support/test_functions.hpp"
@@ -210,6 +212,43 @@ CASTOR_CLASS(Counter)
     .method("wait_at", &Counter::wait_at)
     .method("later", &Counter::later)
     .method("as_tensor", &Counter::as_tensor);
+
+Ledger::Ledger(int64_t start) : total_(start), weights_(at::arange(4, at::kFloat) * double(start)) {}
+
+int64_t Ledger::add(int64_t x) {
+  weights_ = weights_ + double(x);
+  return total_ += x;
+}
+
+bool Ledger::fail_saves(bool yes) { return fail_ = yes; }
+
+bool Ledger::slow_saves(int64_t ms) {
+  save_delay_ms_ = ms;
+  return true;
+}
+
+void Ledger::save(torch::serialize::OutputArchive& archive) const {
+  if (save_delay_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(save_delay_ms_));
+  if (fail_) throw std::runtime_error("Ledger: this save fails on purpose");
+  archive.write("total", at::scalar_tensor(total_, at::kLong));
+  archive.write("weights", weights_);
+}
+
+void Ledger::load(torch::serialize::InputArchive& archive) {
+  at::Tensor total;
+  archive.read("total", total);
+  archive.read("weights", weights_);
+  total_ = total.item<int64_t>();
+}
+
+CASTOR_CLASS(Ledger)
+    .constructor<int64_t>()
+    .method("add", &Ledger::add)
+    .method("total", &Ledger::total)
+    .method("weights", &Ledger::weights)
+    .method("fail_saves", &Ledger::fail_saves)
+    .method("slow_saves", &Ledger::slow_saves)
+    .checkpointed();
 
 CASTOR_CLASS(GatedObject).constructor<std::string>().method("get", &GatedObject::get);
 

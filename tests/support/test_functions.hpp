@@ -1,6 +1,11 @@
 // Counters that the test functions update, for assertions.
 #pragma once
 
+namespace torch::serialize {
+class OutputArchive;
+class InputArchive;
+}  // namespace torch::serialize
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -124,4 +129,23 @@ class SharedCounter {
   std::atomic<int64_t> total_{0};
 };
 
+// A remote object that opted in to castor::Checkpoint (Note [Checkpoint]):
+// a total and a tensor. `fail_saves` makes its next save throw; `save_delay_ms`
+// makes saves slow (to kill its owner in the middle of one).
+class Ledger {
+ public:
+  explicit Ledger(int64_t start);
+  int64_t add(int64_t x);
+  int64_t total() const { return total_; }
+  at::Tensor weights() const { return weights_; }
+  bool fail_saves(bool yes);
+  bool slow_saves(int64_t ms);
+  void save(torch::serialize::OutputArchive& archive) const;
+  void load(torch::serialize::InputArchive& archive);
 
+ private:
+  int64_t total_;
+  at::Tensor weights_;
+  bool fail_ = false;
+  int64_t save_delay_ms_ = 0;
+};

@@ -1,0 +1,24 @@
+// Starts a local job again, whole, when a worker dies (castor run and castor
+// launch with --max-restarts). See Note [Restart policy] in restarts.cpp.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "apps/common/local_launch.hpp"
+
+namespace castor::apps {
+
+/// Runs the job `make_specs(restart)` gives (restart: 0 first, then 1, 2,
+/// ...) and starts it again after a death, up to `max_restarts` per worker.
+/// `command` prefixes its messages ("castor run"). Returns the last run's
+/// result, whose exit code is the job's.
+LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int restart)>& make_specs, int max_restarts,
+                      const std::string& command);
+
+/// Reads --max-restarts N at args[i] (moving i past it); false if args[i]
+/// is another flag. Throws std::invalid_argument for a bad N.
+bool parse_max_restarts(const std::vector<std::string>& args, size_t& i, int& max_restarts);
+
+}  // namespace castor::apps

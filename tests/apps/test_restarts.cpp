@@ -1,0 +1,251 @@
+// A training job that survives its workers (Note [Restart policy], Note
+// [Parameter-server checkpoints]): `castor run parameter-server
+// --max-restarts N --checkpoint-dir D` with a trainer, then the server,
+// SIGKILLed after the first epoch: the job restarts, resumes from the last
+// checkpoint and ends with the accuracy of an undisturbed run. Then the
+// restart budget, and a chaos test of random SIGKILLs over 10 seeds.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "apps/cli_runs.hpp"
+#include "support/errors.hpp"
+
+using castor::test::CommandResult;
+using castor::test::contains;
+using castor::test::run_castor;
+using castor::test::worker_pid;
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// A short sync run: 2 trainers, 3 epochs on 6000 samples.
+const std::vector<std::string> kJob{"run", "parameter-server", "--workers", "3", "--epochs", "3", "--limit", "6000",
+                                    "--test-limit", "1000", "--batch-size", "32", "--seed", "5"};
+
+std::string fresh_dir(const std::string& name) {
+  auto dir = fs::temp_directory_path() / ("castor-test-restarts-" + std::to_string(::getpid())) / name;
+  fs::remove_all(dir);
+  return dir.string();
+}
+
+std::vector<std::string> job(std::vector<std::string> extra) {
+  auto args = kJob;
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The last "test accuracy: X%" of a run, in percent; NaN when there is none.
+double accuracy_of(const std::string& out) {
+  auto at = out.rfind("test accuracy: ");
+  if (at == std::string::npos) return std::nan("");
+  return std::stod(out.substr(at + 15));
+}
+
+size_t count(const std::string& out, const std::string& what) {
+  size_t n = 0;
+  for (auto at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The port that the job's latest start listens on ("" before the first).
+std::string latest_port(const std::string& out) {
+  auto at = out.rfind("listens on 127.0.0.1:");
+  if (at == std::string::npos) return "";
+  at += 21;
+  return out.substr(at, out.find_first_not_of("0123456789", at) - at);
+}
+
+// SIGKILLs rank `rank` of the job's latest start; false if it is not running.
+bool kill_rank(const std::string& out, int rank) {
+  auto port = latest_port(out);
+  if (port.empty()) return false;
+  auto pid = worker_pid(rank, port);
+  return pid > 0 && ::kill(pid, SIGKILL) == 0;
+}
+
+// Every "(killed by signal N)" the launcher reported was a SIGKILL.
+void check_only_sigkills(const std::string& out) {
+  std::regex signal_re("killed by signal ([0-9]+)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), signal_re); it != std::sregex_iterator(); ++it) {
+    auto seen = (*it)[0].str();
+    CHECK_MESSAGE((*it)[1].str() == "9", "a process died of another signal: " << seen);
+  }
+}
+
+// The undisturbed run of kJob, once per test process: its accuracy, and how
+// long it took (the chaos test aims its kills inside that time).
+struct Undisturbed {
+  double accuracy = 0;
+  std::chrono::milliseconds took{0};
+};
+
+const Undisturbed& undisturbed() {
+  static Undisturbed run = [] {
+    auto start = Clock::now();
+    auto r = run_castor(job({}), std::chrono::seconds(180));
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    return Undisturbed{accuracy_of(r.output),
+                       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start)};
+  }();
+  return run;
+}
+
+double reference_accuracy() { return undisturbed().accuracy; }
+
+// Printed once the checkpoint of epoch 1 is committed.
+const std::string kEpoch1Saved = "checkpoint: epoch 1 saved in ";
+
+// Runs kJob with restarts and a checkpoint folder, SIGKILLing `rank` once
+// epoch 1 has ended and its checkpoint is committed.
+CommandResult run_killing_after_epoch1(int rank, const std::string& dir, bool& killed) {
+  killed = false;
+  return run_castor(job({"--max-restarts", "2", "--checkpoint-dir", dir}), std::chrono::seconds(240),
+                    [&](const std::string& out) {
+                      if (!killed && contains(out, kEpoch1Saved)) killed = kill_rank(out, rank);
+                    });
+}
+
+}  // namespace
+
+TEST_CASE("parameter-server --checkpoint-dir: a later run resumes after the last checkpoint, other settings are refused") {
+  auto dir = fresh_dir("resume");
+  auto first = run_castor({"run", "parameter-server", "--workers", "3", "--epochs", "2", "--limit", "6000",
+                           "--test-limit", "1000", "--batch-size", "32", "--seed", "5", "--checkpoint-dir", dir});
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  CHECK(fs::exists(fs::path(dir) / "MANIFEST.json"));
+  auto second = run_castor(job({"--checkpoint-dir", dir}));
+  INFO(second.output);
+  REQUIRE(second.code == 0);
+  CHECK(contains(second.output, "resuming after epoch 2 from the checkpoint in " + dir));
+  CHECK_FALSE(contains(second.output, "epoch 1/3 ["));
+  CHECK(contains(second.output, "epoch 3/3 [##############################] 100%"));
+  // Resumed training is the training that was not interrupted.
+  CHECK(std::fabs(accuracy_of(second.output) - reference_accuracy()) < 1e-9);
+  auto other = run_castor(job({"--checkpoint-dir", dir, "--hidden", "64"}));
+  INFO(other.output);
+  CHECK(other.code == 1);
+  CHECK(contains(other.output, "the checkpoint in " + dir + " (epoch 3) was made with trainers=2 hidden=128 seed=5"));
+  CHECK(contains(other.output, "; this run has trainers=2 hidden=64 seed=5"));
+  CHECK(contains(other.output, ": give another --checkpoint-dir"));
+}
+
+TEST_CASE("castor run --max-restarts: a trainer SIGKILLed after epoch 1 restarts the job, which resumes and finishes") {
+  auto reference = reference_accuracy();
+  bool killed = false;
+  auto r = run_killing_after_epoch1(2, fresh_dir("trainer"), killed);
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "[launch] worker2 (killed by signal 9) died; stopping the others"));
+  CHECK(contains(r.output, "[launch] worker2 died (killed by signal 9): restarting the job (restart 1 of 2 for worker2)"));
+  CHECK(count(r.output, "[run] 3 worker(s) of parameter-server") == 2);
+  CHECK(contains(r.output, "resuming after epoch 1 from the checkpoint"));
+  CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
+  check_only_sigkills(r.output);
+}
+
+TEST_CASE("castor run --max-restarts: the server (rank 0) SIGKILLed after epoch 1, the job resumes and finishes") {
+  auto reference = reference_accuracy();
+  bool killed = false;
+  auto r = run_killing_after_epoch1(0, fresh_dir("server"), killed);
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "[launch] worker0 died (killed by signal 9): restarting the job (restart 1 of 2 for worker0)"));
+  CHECK(contains(r.output, "resuming after epoch 1 from the checkpoint"));
+  CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
+  check_only_sigkills(r.output);
+}
+
+TEST_CASE("castor run --max-restarts 1: a worker that dies twice fails the job, naming it and the count") {
+  int kills = 0;
+  auto r = run_castor(job({"--max-restarts", "1", "--checkpoint-dir", fresh_dir("budget")}), std::chrono::seconds(240),
+                      [&](const std::string& out) {
+                        // Once after epoch 1, once more as soon as the restarted job has resumed.
+                        if ((kills == 0 && contains(out, kEpoch1Saved)) ||
+                            (kills == 1 && contains(out, "resuming after epoch 1")))
+                          kills += kill_rank(out, 1) ? 1 : 0;
+                      });
+  INFO(r.output);
+  REQUIRE(kills == 2);
+  CHECK(r.code == 128 + SIGKILL);
+  CHECK(contains(r.output, "restarting the job (restart 1 of 1 for worker1)"));
+  CHECK(contains(r.output, "castor run: worker1 died (killed by signal 9) 2 times; --max-restarts 1 allows 1 "
+                           "restart(s) per worker: the job fails"));
+  auto bad = run_castor({"run", "parameter-server", "--max-restarts", "many"});
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.output, "--max-restarts takes a number from 0 to 1000, not 'many'"));
+}
+
+namespace {
+
+// Chaos: for each seed, 1 or 2 SIGKILLs of random ranks, each at a random
+// time of a start of the job (from 5% to 85% of an undisturbed run's
+// time); every run must finish well with the undisturbed accuracy (within
+// 0.5 points), and no process may die of any other signal.
+void chaos(unsigned first_seed, unsigned seeds) {
+  auto reference = reference_accuracy();
+  size_t restarts = 0;
+  std::string summary;
+  for (unsigned seed = first_seed; seed < first_seed + seeds; ++seed) {
+    std::mt19937 rng(seed);
+    int planned = 1 + int(rng() % 2);
+    std::vector<int> victims;
+    std::vector<std::chrono::milliseconds> delays;  // after the start of the job that the kill hits
+    for (int i = 0; i < planned; ++i) {
+      victims.push_back(int(rng() % 3));
+      auto span = undisturbed().took.count();
+      delays.emplace_back(span / 20 + int64_t(rng() % uint64_t(span * 4 / 5)));
+    }
+    int done = 0;
+    size_t starts_seen = 0;
+    Clock::time_point started{};
+    auto dir = fresh_dir("chaos-" + std::to_string(seed));
+    auto r = run_castor(job({"--max-restarts", "3", "--checkpoint-dir", dir}), std::chrono::seconds(240),
+                        [&](const std::string& out) {
+                          auto starts = count(out, "[run] 3 worker(s) of parameter-server");
+                          if (starts != starts_seen) {
+                            starts_seen = starts;
+                            started = Clock::now();
+                          }
+                          if (done < planned && starts_seen == size_t(done) + 1 &&
+                              Clock::now() - started >= delays[size_t(done)] && kill_rank(out, victims[size_t(done)]))
+                            ++done;
+                        });
+    INFO("seed " << seed << ": killed " << done << " of " << planned << " planned; output:\n" << r.output);
+    CHECK(r.code == 0);
+    auto restarted = count(r.output, "restarting the job");
+    summary += "seed " + std::to_string(seed) + ": " + std::to_string(done) + " SIGKILL(s), " +
+               std::to_string(restarted) + " restart(s), accuracy " + std::to_string(accuracy_of(r.output)) + "%\n";
+    restarts += restarted;
+    CHECK(restarted <= size_t(done));
+    CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
+    check_only_sigkills(r.output);
+  }
+  MESSAGE("undisturbed accuracy " << reference << "%\n" << summary);
+  CHECK(restarts >= seeds / 2);  // the kills landed while it trained, not only after
+}
+
+}  // namespace
+
+TEST_CASE("chaos: random SIGKILLs during training, seeds 1-5: every run finishes with the undisturbed accuracy") {
+  chaos(1, 5);
+}
+
+TEST_CASE("chaos: random SIGKILLs during training, seeds 6-10: every run finishes with the undisturbed accuracy") {
+  chaos(6, 5);
+}
