@@ -92,15 +92,23 @@ def suite_sweep(out, reps):
         out[f"sweep_echo_{kib}KiB_MiB_per_s"] = 2.0 * kib / 1024 / (us / 1e6)
 
 
-def save_module(module_rref, path):
-    torch.save(module_rref.local_value().state_dict(), path)
+def durable_save(state, path):
+    # castor's checkpoint syncs every file before it commits; so does this side.
+    torch.save(state, path)
+    fd = os.open(path, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
     return os.path.getsize(path)
+
+
+def save_module(module_rref, path):
+    return durable_save(module_rref.local_value().state_dict(), path)
 
 
 def suite_recovery(out, reps):
     # The modules of castor's recovery suite, saved PyTorch's way: an RPC to
-    # the owner to torch.save its module, torch.save of the local one, and a
-    # small JSON index. (torch.distributed.optim.DistributedOptimizer has no
+    # the owner to torch.save its module, torch.save of the local one, each
+    # synced to the disk like castor's files, and a small JSON index. (torch.distributed.optim.DistributedOptimizer has no
     # state_dict: Adam's state cannot be saved, so there is no such figure.)
     from torch.distributed.optim import DistributedOptimizer
     import tempfile
@@ -110,7 +118,7 @@ def suite_recovery(out, reps):
 
     def save():
         pending = rpc.rpc_async("worker1", save_module, args=(body, os.path.join(folder, "body.pt")))
-        torch.save(head.state_dict(), os.path.join(folder, "head.pt"))
+        durable_save(head.state_dict(), os.path.join(folder, "head.pt"))
         size = pending.wait()
         with open(os.path.join(folder, "index.json"), "w") as f:
             json.dump({"body": size}, f)

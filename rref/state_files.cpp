@@ -19,10 +19,9 @@
 namespace castor::detail {
 namespace {
 
-// Flushes a file (or a folder's entries) to the disk; a crash after this
-// keeps what was written.
-void sync_path(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+// Flushes a file to the disk: a host that crashes after this keeps it.
+void sync_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw std::runtime_error("cannot open " + path + ": " + std::strerror(errno));
   int rc = ::fsync(fd);
   int err = errno;
@@ -39,10 +38,9 @@ int64_t write_state_file(const std::string& path, const std::function<void(torch
     torch::serialize::OutputArchive archive;
     fill(archive);
     archive.save_to(temporary);
-    sync_path(temporary, false);
+    sync_file(temporary);
     fs::rename(temporary, path);  // C1: the name appears only with the whole file behind it
-    auto folder = fs::path(path).parent_path();
-    sync_path(folder.empty() ? "." : folder.string(), true);
+    // The folder's entries are synced once, by the driver, before it commits (C2).
     return int64_t(fs::file_size(path));
   } catch (...) {
     std::error_code ignored;

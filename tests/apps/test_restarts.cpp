@@ -12,13 +12,16 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <regex>
 #include <string>
 #include <vector>
 
 #include "apps/cli_runs.hpp"
+#include "apps/common/local_launch.hpp"
 #include "support/errors.hpp"
 
 using castor::test::CommandResult;
@@ -189,6 +192,82 @@ TEST_CASE("castor run --max-restarts 1: a worker that dies twice fails the job, 
   auto bad = run_castor({"run", "parameter-server", "--max-restarts", "many"});
   CHECK(bad.code == 2);
   CHECK(contains(bad.output, "--max-restarts takes a number from 0 to 1000, not 'many'"));
+}
+
+namespace {
+
+// The process whose arguments include `args` in this order, one after the
+// other (a `castor worker ... --name trainer2` of a launch), or -1.
+pid_t process_with_args(const std::vector<std::string>& args) {
+  std::string want;
+  for (const auto& a : args) want += a + '\0';
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    auto name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (contains(cmdline, want)) return pid_t(std::stol(name));
+  }
+  return -1;
+}
+
+// A cluster file of kJob's parameter server (ps, trainer1, trainer2 on free
+// ports), each worker with its certificate from `certs` when given.
+std::string write_cluster(const std::string& name, const std::string& checkpoint_dir, const std::string& certs) {
+  auto path = fresh_dir(name) + ".json";
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream f(path);
+  f << R"({"app": "parameter-server", "args": ["--epochs", "3", "--limit", "6000", "--test-limit", "1000",)"
+    << R"( "--batch-size", "32", "--seed", "5", "--checkpoint-dir", ")" << checkpoint_dir << R"("],)"
+    << R"( "options": {"init_timeout_ms": 30000}, "workers": [)";
+  const char* names[] = {"ps", "trainer1", "trainer2"};
+  for (int i = 0; i < 3; ++i) {
+    f << (i ? "," : "") << R"({"name": ")" << names[i] << R"(", "host": "127.0.0.1", "port": )"
+      << castor::apps::free_local_port();
+    if (!certs.empty())
+      f << R"(, "tls": {"certificate": ")" << certs << "/" << names[i] << R"(.pem", "key": ")" << certs << "/"
+        << names[i] << R"(.key", "ca": ")" << certs << R"(/ca.pem"})";
+    f << "}";
+  }
+  f << "]}";
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("castor launch --local --max-restarts, with TLS: a trainer SIGKILLed after epoch 1, the job resumes and finishes") {
+  auto reference = reference_accuracy();
+  auto certs = fresh_dir("certs");
+  REQUIRE(std::system(("'" + std::string(CASTOR_SOURCE_DIR) + "/scripts/make-certs.sh' '" + certs +
+                       "' ps trainer1 trainer2 >/dev/null")
+                          .c_str()) == 0);
+  auto file = write_cluster("tls-job", fresh_dir("tls-checkpoints"), certs);
+  bool killed = false;
+  auto r = run_castor({"launch", file, "--local", "--max-restarts", "1"}, std::chrono::seconds(240),
+                      [&](const std::string& out) {
+                        if (killed || !contains(out, kEpoch1Saved)) return;
+                        auto pid = process_with_args({"worker", "--config", file, "--name", "trainer2"});
+                        killed = pid > 0 && ::kill(pid, SIGKILL) == 0;
+                      });
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "[launch] trainer2 died (killed by signal 9): restarting the job (restart 1 of 1 for trainer2)"));
+  CHECK(count(r.output, "[launch] starting 3 of 3 worker(s) from " + file) == 2);
+  CHECK(contains(r.output, "resuming after epoch 1 from the checkpoint"));
+  CHECK_FALSE(contains(r.output, "not encrypted"));  // TLS on every start
+  CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
+  check_only_sigkills(r.output);
+
+  // The whole job restarts, so a launch of part of a cluster refuses --max-restarts.
+  auto mixed = fresh_dir("mixed") + ".json";
+  std::ofstream(mixed) << R"({"workers": [{"name": "here", "host": "127.0.0.1", "port": 1},)"
+                       << R"( {"name": "far", "host": "192.0.2.77", "port": 2}]})";
+  auto refused = run_castor({"launch", mixed, "--max-restarts", "2"});
+  CHECK(refused.code == 2);
+  CHECK(contains(refused.output, "castor launch: --max-restarts restarts the whole job, so every worker of " + mixed +
+                                     " must start here (--local), but 1 of 2 live on other hosts "
+                                     "(here@127.0.0.1, far@192.0.2.77)"));
 }
 
 namespace {
