@@ -102,10 +102,13 @@ int launch_command(const std::vector<std::string>& args) {
     auto file = load_checked(path);
     auto absolute = std::filesystem::absolute(path).string();
     std::vector<ProcessSpec> specs;
-    std::string hosts;
+    std::string hosts, elsewhere;
     for (const auto& w : file.workers) {
       hosts += (hosts.empty() ? "" : ", ") + w.name + "@" + w.host;
-      if (!local && !config::is_local_host(w.host)) continue;
+      if (!local && !config::is_local_host(w.host)) {
+        elsewhere += (elsewhere.empty() ? "" : ", ") + w.name + "@" + w.host;
+        continue;
+      }
       ProcessSpec s;
       s.name = w.name;
       s.leader = w.rank == 0;
@@ -131,7 +134,7 @@ int launch_command(const std::vector<std::string>& args) {
       std::fprintf(stderr,
                    "castor launch: --max-restarts restarts the whole job, so every worker of %s must start here "
                    "(--local), but %zu of %zu live on other hosts (%s)\n",
-                   path.c_str(), file.workers.size() - specs.size(), file.workers.size(), hosts.c_str());
+                   path.c_str(), file.workers.size() - specs.size(), file.workers.size(), elsewhere.c_str());
       return 2;
     }
     auto result = run_with_restarts(

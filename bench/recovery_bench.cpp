@@ -72,11 +72,16 @@ std::vector<Figure> bench_recovery(const Options& opts) {
     // Death: rank 0 takes it in charge (a handler), so shutdown ends among the survivors.
     BenchWorld world(opts, 3);
     auto& w = world.self();
-    std::promise<std::chrono::steady_clock::time_point> told;
-    auto id = w.on_worker_failure([&](const WorkerFailure&) { told.set_value(std::chrono::steady_clock::now()); });
+    auto told = std::make_shared<std::promise<std::chrono::steady_clock::time_point>>();
+    auto when = told->get_future();
+    auto id = w.on_worker_failure([told](const WorkerFailure&) {
+      try {
+        told->set_value(std::chrono::steady_clock::now());
+      } catch (const std::future_error&) {  // told once already
+      }
+    });
     auto killed = std::chrono::steady_clock::now();
     ::kill(world.peer_pid(2), SIGKILL);
-    auto when = told.get_future();
     if (when.wait_for(std::chrono::seconds(30)) == std::future_status::ready)
       out.push_back({"detect_sigkill_ms", std::chrono::duration<double, std::milli>(when.get() - killed).count()});
     w.remove_failure_handler(id);

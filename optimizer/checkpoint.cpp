@@ -6,8 +6,8 @@
 // manifest that names them. The driver (the worker that calls save) asks
 // each owner to write its files; the owners write in parallel.
 //  C1. A file appears under its name whole or not at all: the owner writes
-//      a temporary file, syncs it, renames it, syncs the folder
-//      (write_state_file).
+//      a temporary file, syncs it and renames it (write_state_file); the
+//      driver syncs the folder once every owner has answered.
 //  C2. The commit is the rename of MANIFEST.json.tmp to MANIFEST.json, after
 //      every owner has answered with its file's size; a save that failed
 //      anywhere commits nothing, and the last committed checkpoint stays.
@@ -18,19 +18,24 @@
 //  C4. Only a manifest is loaded, and only whole: restore first checks that
 //      it has every part with the same kind and owners, and that every file
 //      has the size the manifest recorded; any mismatch is a
-//      CheckpointError and nothing is loaded. (An owner that then fails to
-//      load its file -- a shape that changed -- fails restore, naming it;
-//      what the other owners loaded stays loaded.)
+//      CheckpointError and nothing is loaded. Each owner then reads its
+//      whole file and checks it against its part (every name, every shape)
+//      before it changes anything; an owner that still fails (a module of
+//      another shape) fails restore, naming it, and what the other owners
+//      loaded stays loaded.
 //  C5. Owners read and write the same paths as the driver: the directory is
 //      local on one host, shared storage across hosts.
 // The state of an optimizer and of owned tensors is saved and loaded as a
 // job of the owner's optimizer actor, between steps (local_optimizer.cpp);
-// an object's, as one of its method calls.
+// an object's (a remote module's too), as one of its method calls: so a
+// module's file and the optimizer's may straddle a step that another
+// trainer runs meanwhile. Save at a step boundary of the whole job.
 #include "optimizer/checkpoint.hpp"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -55,14 +60,18 @@ bool valid_key(const std::string& key) {
   return true;
 }
 
-void sync_folder(const fs::path& folder) {
-  int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) throw CheckpointError("Checkpoint: cannot open " + folder.string() + ": " + std::strerror(errno));
-  ::fsync(fd);
+// Flushes a file or a folder's entries to the disk; throws if it cannot.
+void sync(const fs::path& path, bool folder) {
+  int fd = ::open(path.c_str(), (folder ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) throw CheckpointError("Checkpoint: cannot open " + path.string() + ": " + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
   ::close(fd);
+  if (rc != 0) throw CheckpointError("Checkpoint: cannot sync " + path.string() + ": " + std::strerror(err));
 }
 
-// C2: the manifest is written beside its final name, synced, renamed.
+// C2: the manifest is written beside its final name, synced, renamed; the
+// step folder's entry is on the disk before the manifest that names it.
 void commit_manifest(const fs::path& directory, const json& manifest) {
   auto temporary = directory / (std::string(kManifest) + ".tmp");
   {
@@ -71,13 +80,12 @@ void commit_manifest(const fs::path& directory, const json& manifest) {
     out.flush();
     if (!out) throw CheckpointError("Checkpoint: cannot write " + temporary.string());
   }
-  int fd = ::open(temporary.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
-  fs::rename(temporary, directory / kManifest);
-  sync_folder(directory);
+  sync(temporary, false);
+  sync(directory, true);
+  std::error_code ec;
+  fs::rename(temporary, directory / kManifest, ec);
+  if (ec) throw CheckpointError("Checkpoint: cannot commit " + temporary.string() + ": " + ec.message());
+  sync(directory, true);
 }
 
 std::string nonce() {
@@ -127,6 +135,31 @@ CheckpointInfo info_from(const json& m, const fs::path& directory) {
   return info;
 }
 
+// A name inside the checkpoint's directory, never a path out of it.
+bool plain_name(const std::string& name) {
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos;
+}
+
+// Every field restore reads is there, of its type (json::at and get throw
+// otherwise); file and folder names stay inside the directory.
+void check_fields(const json& m) {
+  m.at("step").get<int64_t>();
+  if (!plain_name(m.at("folder").get<std::string>()))
+    throw CheckpointError("its folder '" + m.at("folder").get<std::string>() + "' is not a name in the directory");
+  m.value("meta", std::map<std::string, std::string>{});
+  for (const auto& p : m.at("parts")) {
+    p.at("key").get<std::string>();
+    p.at("kind").get<std::string>();
+    p.at("what").get<std::string>();
+    for (const auto& f : p.at("files")) {
+      f.at("owner").get<std::string>();
+      f.at("bytes").get<int64_t>();
+      if (!plain_name(f.at("file").get<std::string>()))
+        throw CheckpointError("its file '" + f.at("file").get<std::string>() + "' is not a name in the folder");
+    }
+  }
+}
+
 // The committed manifest, checked to be one; nothing when there is none.
 std::optional<json> read_manifest(const fs::path& directory) {
   auto path = directory / kManifest;
@@ -136,7 +169,7 @@ std::optional<json> read_manifest(const fs::path& directory) {
     auto m = json::parse(in);
     if (m.value("format", "") != kFormat)
       throw CheckpointError("it is not a castor checkpoint manifest (format '" + m.value("format", "") + "')");
-    info_from(m, directory);  // every field it needs is there
+    check_fields(m);
     return m;
   } catch (const std::exception& e) {
     throw CheckpointError("Checkpoint: " + path.string() + " cannot be read: " + e.what());
@@ -145,7 +178,8 @@ std::optional<json> read_manifest(const fs::path& directory) {
 
 }  // namespace
 
-Checkpoint::Checkpoint(Worker& w, std::string directory) : w_(&w), directory_(std::move(directory)) {
+Checkpoint::Checkpoint(Worker& w, std::string directory, Timeout timeout)
+    : w_(&w), directory_(std::move(directory)), timeout_(timeout) {
   if (directory_.empty()) throw CheckpointError("Checkpoint: the directory is empty");
   std::error_code ec;
   fs::create_directories(directory_, ec);
@@ -177,11 +211,11 @@ Checkpoint& Checkpoint::add(const std::string& key, const std::vector<RRef<at::T
   auto* w = w_;
   for (auto& [owner, mine] : by_owner)
     part.pieces.push_back(Piece{owner,
-                                [w, owner = owner, mine](const std::string& path) {
-                                  return w->rpc_async<int64_t>(owner, "castor.ckpt.save_tensors", mine, path);
+                                [w, owner = owner, mine = mine, limit = timeout_](const std::string& path) {
+                                  return w->rpc_async<int64_t>(owner, "castor.ckpt.save_tensors", mine, path, limit);
                                 },
-                                [w, owner = owner, mine](const std::string& path) {
-                                  return w->rpc_async<bool>(owner, "castor.ckpt.load_tensors", mine, path);
+                                [w, owner = owner, mine = mine, limit = timeout_](const std::string& path) {
+                                  return w->rpc_async<bool>(owner, "castor.ckpt.load_tensors", mine, path, limit);
                                 }});
   return add_part(std::move(part));
 }
@@ -191,11 +225,11 @@ Checkpoint& Checkpoint::add(const std::string& key, const optim::DistributedOpti
   auto* w = w_;
   for (const auto& [owner, id] : optimizer.owners_)
     part.pieces.push_back(Piece{owner,
-                                [w, owner = owner, id = id](const std::string& path) {
-                                  return w->rpc_async<int64_t>(owner, "castor.ckpt.save_optimizer", id, path);
+                                [w, owner = owner, id = id, limit = timeout_](const std::string& path) {
+                                  return w->rpc_async<int64_t>(owner, "castor.ckpt.save_optimizer", id, path, limit);
                                 },
-                                [w, owner = owner, id = id](const std::string& path) {
-                                  return w->rpc_async<bool>(owner, "castor.ckpt.load_optimizer", id, path);
+                                [w, owner = owner, id = id, limit = timeout_](const std::string& path) {
+                                  return w->rpc_async<bool>(owner, "castor.ckpt.load_optimizer", id, path, limit);
                                 }});
   return add_part(std::move(part));
 }
@@ -205,19 +239,27 @@ CheckpointInfo Checkpoint::save(int64_t step, std::map<std::string, std::string>
   fs::path directory(directory_);
   auto folder_name = "step-" + std::to_string(step) + "-" + nonce();  // C3
   auto folder = directory / folder_name;
-  fs::create_directories(folder);
+  std::error_code made;
+  fs::create_directories(folder, made);
+  if (made) throw CheckpointError("Checkpoint: cannot make " + folder.string() + ": " + made.message());
   auto doing = "Checkpoint step " + std::to_string(step) + " in " + directory_;
   std::vector<std::pair<std::string, Future<int64_t>>> writing;
-  for (const auto& part : parts_)
-    for (const auto& piece : part.pieces)
-      writing.emplace_back("part '" + part.key + "' on worker " + piece.owner,
-                           piece.save((folder / file_name(part.key, piece.owner)).string()));
   std::vector<int64_t> sizes;
   try {
+    for (const auto& part : parts_)
+      for (const auto& piece : part.pieces)
+        writing.emplace_back("part '" + part.key + "' on worker " + piece.owner,
+                             piece.save((folder / file_name(part.key, piece.owner)).string()));
     wait_every(writing, &sizes, "saving " + doing);
+    sync(folder, true);
   } catch (...) {
+    std::vector<int64_t> ignored_sizes;  // C2: no owner may still be writing when the folder goes
+    try {
+      wait_every(writing, &ignored_sizes, "");
+    } catch (...) {
+    }
     std::error_code ignored;
-    fs::remove_all(folder, ignored);  // C2: nothing committed; the last checkpoint stays
+    fs::remove_all(folder, ignored);  // nothing committed; the last checkpoint stays
     throw;
   }
   json parts = json::array();
@@ -233,14 +275,13 @@ CheckpointInfo Checkpoint::save(int64_t step, std::map<std::string, std::string>
   json manifest = {{"format", kFormat},   {"step", step},           {"folder", folder_name},
                    {"saved_by", w_->name()}, {"world_size", w_->world_size()}, {"meta", meta},
                    {"parts", parts}};
-  sync_folder(folder);
   commit_manifest(directory, manifest);  // C2: the commit
-  for (const auto& entry : fs::directory_iterator(directory)) {  // C3: the rest goes
-    auto name = entry.path().filename().string();
-    if (entry.is_directory() && name.rfind("step-", 0) == 0 && name != folder_name) {
-      std::error_code ignored;
-      fs::remove_all(entry.path(), ignored);
-    }
+  std::error_code listed;  // C3: the rest goes (committed already: a failure here costs disk space only)
+  for (auto it = fs::directory_iterator(directory, listed); !listed && it != fs::directory_iterator();
+       it.increment(listed)) {
+    auto name = it->path().filename().string();
+    std::error_code ignored;
+    if (name.rfind("step-", 0) == 0 && name != folder_name && it->is_directory(ignored)) fs::remove_all(it->path(), ignored);
   }
   return info_from(manifest, directory);
 }

@@ -14,6 +14,8 @@
 
 #include <ATen/core/Tensor.h>
 
+#include "actors/api/worker_options.hpp"
+
 #include "actors/api/worker.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "optimizer/remote_module.hpp"
@@ -41,7 +43,8 @@ class Checkpoint {
   /// Checkpoints in `directory` (made when missing). Every owner of a part
   /// writes and reads its own files there: on one host a local folder;
   /// across hosts, shared storage mounted at the same path on every host.
-  Checkpoint(Worker& w, std::string directory);
+  /// `timeout` bounds each owner's write or read of its part.
+  Checkpoint(Worker& w, std::string directory, Timeout timeout = Timeout{std::chrono::minutes(10)});
 
   // The parts, each under its own key (letters, digits, '_', '-', '.').
 
@@ -57,12 +60,13 @@ class Checkpoint {
                   "Checkpoint::add(key, RRef<T>) takes an object of a registered class; "
                   "tensors go in as a std::vector<RRef<at::Tensor>>");
     Part part{key, "object", detail::type_name_of<T>(), {}};
+    auto limit = timeout_;
     part.pieces.push_back(Piece{object.owner_name(),
-                                [object](const std::string& path) {
-                                  return object.template rpc_async<int64_t>(detail::kSaveStateMethod, path);
+                                [object, limit](const std::string& path) {
+                                  return object.template rpc_async<int64_t>(detail::kSaveStateMethod, path, limit);
                                 },
-                                [object](const std::string& path) {
-                                  return object.template rpc_async<bool>(detail::kLoadStateMethod, path);
+                                [object, limit](const std::string& path) {
+                                  return object.template rpc_async<bool>(detail::kLoadStateMethod, path, limit);
                                 }});
     return add_part(std::move(part));
   }
@@ -80,7 +84,9 @@ class Checkpoint {
 
   /// Loads the last committed checkpoint into every part; nothing when there
   /// is none. Checks the whole checkpoint (its parts, owners and file sizes)
-  /// before anything is loaded.
+  /// before anything is loaded; each owner then checks its file against its
+  /// part (names and shapes) before it changes anything. An owner that still
+  /// fails leaves what the other owners loaded: do not train on after that.
   std::optional<CheckpointInfo> restore();
 
   /// The last committed checkpoint's manifest, without loading it.
@@ -104,6 +110,7 @@ class Checkpoint {
 
   Worker* w_;
   std::string directory_;
+  Timeout timeout_;
   std::vector<Part> parts_;
 };
 

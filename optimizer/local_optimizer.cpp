@@ -171,7 +171,7 @@ std::function<void()> refused(WorkerServices& rt, Promise<T> p) {
 // Runs `job` as one job of the optimizer actor (one at a time, after the
 // jobs before it); the Future gives its result or its error, named `what`.
 template <class T>
-Future<T> post_job(WorkerServices& rt, const char* what, std::function<T(LocalOptimizers&)> job) {
+Future<T> post_job(WorkerServices& rt, std::string what, std::function<T(LocalOptimizers&)> job) {
   auto lo = local_optimizers(rt);
   Promise<T> p(rt.callback_runner());
   auto lo_name = rt.name();

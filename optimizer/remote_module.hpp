@@ -13,6 +13,17 @@
 #include "actors/api/current_worker.hpp"
 #include "rref/rref.hpp"
 
+namespace torch::nn {
+class Module;
+}
+
+namespace castor::detail {
+/// Note [Checkpoint]: loads a torch::nn module's parameters, buffers and
+/// submodules from `archive` (as Module::save wrote them), checking every
+/// name and shape before it changes anything, then copies in place.
+void load_module_checked(torch::serialize::InputArchive& archive, torch::nn::Module& module);
+}  // namespace castor::detail
+
 namespace castor::nn {
 
 namespace detail {
@@ -72,7 +83,9 @@ class ModuleHost {
   }
   void load(torch::serialize::InputArchive& archive) {
     if constexpr (detail::is_holder<M>::value)
-      module_->load(archive);
+      castor::detail::load_module_checked(archive, *module_);
+    else if constexpr (std::is_base_of<torch::nn::Module, M>::value)
+      castor::detail::load_module_checked(archive, module_);
     else if constexpr (detail::has_archive_save<M>::value)
       module_.load(archive);
     else

@@ -22,7 +22,8 @@
 //      once instead: the job will be started again whole. The deaths are
 //      reported (LaunchResult::died) whoever ended first: a worker that
 //      died and the rank 0 that failed because of it are often reaped in
-//      the same round, and the death is taken first.
+//      the same round, and the death is taken first -- after a clean exit
+//      of rank 0 in that round, which ends the job well (L1).
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
@@ -177,7 +178,11 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       --alive;
       exits.emplace_back(&c, status);
     }
-    std::stable_partition(exits.begin(), exits.end(), [](const auto& e) { return WIFSIGNALED(e.second); });
+    // Clean exits first (rank 0 ended well: what dies after it is not the
+    // job's end, L1), then the deaths (L5), then the failed exits.
+    auto order = [](int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : WIFSIGNALED(status) ? 1 : 2; };
+    std::stable_sort(exits.begin(), exits.end(),
+                     [&](const auto& a, const auto& b) { return order(a.second) < order(b.second); });
     const auto ending_before = ending;  // the signals of this round's exits were not ours unless sent before it
     for (auto& [child, status] : exits) {
       auto& c = *child;
@@ -186,11 +191,19 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       auto died = c.name + " (killed by signal " + std::to_string(signaled ? WTERMSIG(status) : 0) + ")";
       bool ours = ending_before == Ending::killing || (ending_before == Ending::terminating && WTERMSIG(status) == SIGTERM);
       if (signaled && !ours) result.died.push_back(Death{c.name, WTERMSIG(status)});
+      if (c.leader && c.code == 0 && ending == Ending::none) {  // L1
+        ending = Ending::waiting;
+        next_step = Clock::now() + grace;
+      }
       if (ending >= Ending::terminating || c.code == 0) continue;  // we stopped it, or it ended well
       if (c.leader) {  // L1
         result.exit_code = c.code;
         result.failed = c.name;
-        std::printf("[launch] %s (rank 0) exited with %d; stopping the others\n", c.name.c_str(), c.code);
+        if (signaled)
+          std::printf("[launch] %s (rank 0) died (killed by signal %d); stopping the others\n", c.name.c_str(),
+                      WTERMSIG(status));
+        else
+          std::printf("[launch] %s (rank 0) exited with %d; stopping the others\n", c.name.c_str(), c.code);
         terminate_others();
       } else if (ending == Ending::waiting) {
         std::printf("[launch] %s exited with %d after rank 0 ended\n", c.name.c_str(), c.code);
@@ -214,11 +227,6 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
         terminate_others();
       }
     }
-    for (auto& c : children)
-      if (c.exited && c.leader && c.code == 0 && ending == Ending::none) {  // L1
-        ending = Ending::waiting;
-        next_step = Clock::now() + grace;
-      }
     if (alive == 0 || ending == Ending::none || Clock::now() < next_step) continue;
     if (ending == Ending::waiting) {
       for (auto& o : children)

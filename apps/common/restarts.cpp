@@ -52,7 +52,9 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
     if (max_restarts == 0 || result.exit_code == 0 || result.died.empty()) return result;  // R1, R4
     const auto& death = result.died.front();  // the first death seen caused the others' ends
     int count = ++restarts[death.name];
-    if (count > max_restarts) {  // R3
+    if (count > max_restarts) {  // R3: the death is the verdict, whoever was reaped first
+      result.failed = death.name;
+      result.exit_code = 128 + death.signal;
       std::fprintf(stderr, "%s: %s died (killed by signal %d) %d times; --max-restarts %d allows %d restart(s) per "
                    "worker: the job fails\n",
                    command.c_str(), death.name.c_str(), death.signal, count, max_restarts, max_restarts);

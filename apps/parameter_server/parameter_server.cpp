@@ -221,10 +221,11 @@ namespace {
 std::string settings_of(const PsConfig& cfg, int64_t trainers) {
   char buf[1024];
   std::snprintf(buf, sizeof(buf),
-                "trainers=%lld hidden=%lld seed=%lld batch=%lld mode=%s lr=%g momentum=%g lr-decay=%g limit=%lld data=%s",
+                "trainers=%lld hidden=%lld seed=%lld batch=%lld mode=%s lr=%g momentum=%g lr-decay=%g limit=%lld "
+                "test-limit=%lld data=%s",
                 (long long)trainers, (long long)cfg.hidden, (long long)cfg.seed, (long long)cfg.batch,
                 cfg.sync ? "sync" : "async", cfg.lr, cfg.momentum, cfg.lr_decay, (long long)cfg.limit,
-                cfg.data_dir.c_str());
+                (long long)cfg.test_limit, cfg.data_dir.c_str());
   return buf;
 }
 
@@ -307,6 +308,7 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     checkpoint.emplace(w, cfg.checkpoint_dir);
     checkpoint->add("server", server);
     results = resume(*checkpoint, settings);
+    if (int64_t(results.size()) > cfg.epochs) results.resize(size_t(cfg.epochs));  // asked for fewer: report those
     if (on_epoch)
       for (const auto& r : results) on_epoch(r);  // the curves include the epochs before the restart
   }

@@ -22,6 +22,7 @@
 
 #include "apps/cli_runs.hpp"
 #include "apps/common/local_launch.hpp"
+#include "apps/common/restarts.hpp"
 #include "support/errors.hpp"
 
 using castor::test::CommandResult;
@@ -266,8 +267,75 @@ TEST_CASE("castor launch --local --max-restarts, with TLS: a trainer SIGKILLed a
   auto refused = run_castor({"launch", mixed, "--max-restarts", "2"});
   CHECK(refused.code == 2);
   CHECK(contains(refused.output, "castor launch: --max-restarts restarts the whole job, so every worker of " + mixed +
-                                     " must start here (--local), but 1 of 2 live on other hosts "
-                                     "(here@127.0.0.1, far@192.0.2.77)"));
+                                     " must start here (--local), but 1 of 2 live on other hosts (far@192.0.2.77)"));
+}
+
+namespace {
+
+castor::apps::ProcessSpec shell(const std::string& name, const std::string& script, bool leader = false) {
+  castor::apps::ProcessSpec s;
+  s.name = name;
+  s.argv = {"/bin/sh", "-c", script};
+  s.leader = leader;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("the restart loop: what counts as a death, restarts per worker, and a job that rank 0 ended well") {
+  using castor::apps::run_with_restarts;
+  int starts = 0;
+  // A worker that dies in the same moment as rank 0 ends well (both after
+  // 0.3 s, so mostly reaped in one round): the job is over, not restarted.
+  for (int i = 0; i < 3; ++i) {
+    starts = 0;
+    auto r = run_with_restarts(
+        [&](int) {
+          ++starts;
+          return std::vector<castor::apps::ProcessSpec>{shell("leader", "sleep 0.3; exit 0", true),
+                                                        shell("crasher", "sleep 0.3; kill -9 $$")};
+        },
+        2, "test");
+    CHECK(r.exit_code == 0);
+    CHECK(starts == 1);
+  }
+  // A worker that dies while rank 0 runs: the job starts again, and is told so.
+  starts = 0;
+  auto again = run_with_restarts(
+      [&](int) {
+        ++starts;
+        return std::vector<castor::apps::ProcessSpec>{
+            shell("leader", "sleep 1; exit 0", true),
+            shell("flaky", "[ \"$CASTOR_RESTART\" = 1 ] && exit 0; sleep 0.1; kill -9 $$")};
+      },
+      2, "test");
+  CHECK(again.exit_code == 0);
+  CHECK(starts == 2);
+  // Always dying: the budget's end names the dead worker and its signal,
+  // whichever exit was reaped first.
+  starts = 0;
+  auto spent = run_with_restarts(
+      [&](int) {
+        ++starts;
+        return std::vector<castor::apps::ProcessSpec>{shell("leader", "sleep 5; exit 1", true),
+                                                      shell("crasher", "sleep 0.1; kill -9 $$")};
+      },
+      1, "test");
+  CHECK(spent.exit_code == 128 + SIGKILL);
+  CHECK(spent.failed == "crasher");
+  CHECK(starts == 2);
+  // A worker's own error is not restarted (R4).
+  starts = 0;
+  auto own = run_with_restarts(
+      [&](int) {
+        ++starts;
+        return std::vector<castor::apps::ProcessSpec>{shell("leader", "sleep 5; exit 0", true),
+                                                      shell("broken", "exit 3")};
+      },
+      2, "test");
+  CHECK(own.exit_code == 3);
+  CHECK(own.failed == "broken");
+  CHECK(starts == 1);
 }
 
 namespace {

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <thread>
 
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "engine/context.hpp"
@@ -222,12 +223,30 @@ TEST_CASE("a damaged or foreign checkpoint is refused whole, naming the cause, a
   CHECK(contains(shape, "restoring Checkpoint step 1 in " + dir2 + ", file t@worker1.pt on worker worker1"));
   CHECK(contains(shape, "the checkpoint's tensor 0 has shape [3], not [5]"));
 
+  // A module built with other sizes: refused before any tensor changes.
+  auto dir3 = fresh_dir("module-shape");
+  nn::RemoteModule<torch::nn::Linear> narrow(w, "worker1", int64_t(4), int64_t(8));
+  Checkpoint(w, dir3).add("m", narrow).save(1);
+  nn::RemoteModule<torch::nn::Linear> wide(w, "worker1", int64_t(4), int64_t(16));
+  auto before = wide.parameter_rrefs()[0].to_here();
+  Checkpoint wide_checkpoint(w, dir3);
+  wide_checkpoint.add("m", wide);
+  auto module_error = error_of<RemoteError>([&] { wide_checkpoint.restore(); });
+  CHECK(contains(module_error, "restoring Checkpoint step 1 in " + dir3 + ", file m@worker1.pt on worker worker1"));
+  CHECK(contains(module_error, "the checkpoint's 'weight' has shape [8, 4], not [16, 4]"));
+  CHECK(at::equal(wide.parameter_rrefs()[0].to_here(), before));
+
   // A manifest that is not one.
   std::ofstream(fs::path(dir) / "MANIFEST.json", std::ios::trunc) << "{\"format\": \"something else\"}";
   CHECK(contains(error_of<CheckpointError>([&] { c.latest(); }),
                  "MANIFEST.json cannot be read: it is not a castor checkpoint manifest (format 'something else')"));
   std::ofstream(fs::path(dir) / "MANIFEST.json", std::ios::trunc) << "{\"format\": \"castor-checkpoint/1\", \"st";
   CHECK(contains(error_of<CheckpointError>([&] { c.restore(); }), "MANIFEST.json cannot be read: "));
+  auto manifest = nlohmann::json::parse(std::ifstream(fs::path(dir2) / "MANIFEST.json"));
+  manifest["parts"][0]["files"][0]["file"] = "../../etc/passwd";
+  std::ofstream(fs::path(dir2) / "MANIFEST.json", std::ios::trunc) << manifest.dump();
+  CHECK(contains(error_of<CheckpointError>([&] { big.restore(); }),
+                 "cannot be read: its file '../../etc/passwd' is not a name in the folder"));
   world.shutdown_all();
 }
 
