@@ -128,13 +128,13 @@ void read_options(Reader& r, const json& o, WorkerOptions& opts) {
     opts.max_message_bytes =
         size_t(r.integer(o["max_message_bytes"], "options.max_message_bytes", 4096, int64_t(1) << 31));
   // CAF's middleman keeps links alive with heartbeats and drops a silent one
-  // after the connection timeout; 0 leaves CAF's default (off).
+  // after the connection timeout (on by default: Note [Silent peers]); 0: off.
   if (o.contains("heartbeat_ms"))
     opts.caf_settings["middleman.heartbeat-interval"] =
         std::to_string(r.integer(o["heartbeat_ms"], "options.heartbeat_ms", 0, kMaxMs)) + "ms";
   if (o.contains("connection_timeout_ms"))
     opts.caf_settings["middleman.connection-timeout"] =
-        std::to_string(r.integer(o["connection_timeout_ms"], "options.connection_timeout_ms", 1, kMaxMs)) + "ms";
+        std::to_string(r.integer(o["connection_timeout_ms"], "options.connection_timeout_ms", 0, kMaxMs)) + "ms";
   if (o.contains("caf_config_file")) {
     opts.caf_config_file = r.file_path(o["caf_config_file"], "options.caf_config_file");
     if (!std::ifstream(opts.caf_config_file))

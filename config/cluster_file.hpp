@@ -17,7 +17,7 @@
 //                 "eager_worker_threads": 0, "max_worker_threads": 256, "intra_op_threads": 0,
 //                 "autograd_mode": "smart",
 //                 "max_message_bytes": 1073741824, "bulk_threshold_bytes": 262144, "bulk_same_host": true,
-//                 "heartbeat_ms": 0, "connection_timeout_ms": 30000, "greeting_timeout_ms": 5000,
+//                 "heartbeat_ms": 2000, "connection_timeout_ms": 30000, "greeting_timeout_ms": 5000,
 //                 "caf_config_file": "caf-application.ini", "caf": {"scheduler.max-threads": 2}}
 //   }
 //

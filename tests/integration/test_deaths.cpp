@@ -15,6 +15,7 @@
 #include <future>
 #include <map>
 #include <optional>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -51,6 +52,13 @@ TEST_CASE("a killed worker's context, forks and calls are released on the surviv
   auto waiting = w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000));
   auto theirs = w0.remote<at::Tensor>("worker1", "identity", at::ones({2}));
   CHECK(at::equal(theirs.to_here(), at::ones({2})));
+  // Only the sleep_ms call is in flight to worker1 when it dies (the count
+  // of calls released below is exact).
+  auto outgoing_to_worker1 = [&] {
+    auto snap = nlohmann::json::parse(castor::detail::inspection_json(castor::testing::runtime(w0)));
+    return snap["calls"]["outgoing_in_flight"].value("worker1", int64_t(-1));
+  };
+  CHECK(eventually([&] { return outgoing_to_worker1() == 1; }, milliseconds(10000)));
 
   child.kill();
   auto killed_at = std::chrono::steady_clock::now();
@@ -71,6 +79,7 @@ TEST_CASE("a killed worker's context, forks and calls are released on the surviv
   CHECK(dead["alive"] == false);
   CHECK(dead.contains("dead_for_ms"));
   REQUIRE(dead.contains("released"));
+  INFO("released after worker1's death: ", dead["released"].dump());
   CHECK(dead["released"]["calls_failed"] == 1);
   CHECK(dead["released"]["rref_forks"] == 1);
   CHECK(dead["released"]["autograd_contexts"] == 1);
@@ -78,6 +87,42 @@ TEST_CASE("a killed worker's context, forks and calls are released on the surviv
   // The survivor's own value lives on (our handle), and it shuts down alone.
   CHECK(at::equal(mine.to_here(), at::ones({3})));
   CHECK(contains(error_of<UnreachableError>([&] { w0.shutdown(); }), "worker worker1 is unreachable"));
+  CHECK(child.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+}
+
+TEST_CASE("a worker that goes silent without closing its sockets is found dead within the connection timeout") {
+  // Note [Silent peers]: the child runs with castor's defaults (heartbeats
+  // on); we drop a link silent for 5 s instead of 30 s to keep this short.
+  auto port = test::free_port();
+  test::ChildWorker child(1, 2, port);
+  auto o = test::local_options(0, 2, port);
+  o.caf_settings["middleman.connection-timeout"] = "5s";
+  auto w0 = init_rpc(o);
+  auto worker1_alive = [&] {
+    auto snap = nlohmann::json::parse(castor::detail::inspection_json(castor::testing::runtime(w0)));
+    return snap["workers"][1]["alive"].get<bool>();
+  };
+  // A live peer with nothing to say stays: its heartbeats keep the link
+  // past our timeout.
+  std::this_thread::sleep_for(milliseconds(7000));
+  CHECK(worker1_alive());
+  CHECK(w0.rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(1)) == 1);
+
+  // Stopped, its sockets stay open and say nothing (a host cut off).
+  auto waiting = w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000));
+  REQUIRE(::kill(child.pid(), SIGSTOP) == 0);
+  auto stopped_at = std::chrono::steady_clock::now();
+  auto call_error = error_of<UnreachableError>([&] { waiting.wait(milliseconds(30000)); });
+  auto found_after = std::chrono::steady_clock::now() - stopped_at;
+  CHECK(contains(call_error, "worker worker1 is unreachable (connection lost while calling 'sleep_ms')"));
+  CHECK_FALSE(worker1_alive());
+  // Not before the timeout; within it and one heartbeat tick (Q1), with slack for a loaded machine.
+  CHECK(found_after >= milliseconds(4000));
+  CHECK(found_after < milliseconds(15000));
+  CHECK(contains(error_of<UnreachableError>([&] { w0.rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(1)); }),
+                 "worker worker1 is unreachable"));
+  CHECK(contains(error_of<UnreachableError>([&] { w0.shutdown(); }), "worker worker1 is unreachable"));
+  child.kill();
   CHECK(child.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
 }
 

@@ -8,6 +8,9 @@
 #include <cstdlib>
 #include <string>
 
+#include <caf/actor_system_config.hpp>
+
+#include "actors/transport/caf_config.hpp"
 #include "config/cluster_file.hpp"
 
 using castor::config::ConfigError;
@@ -149,4 +152,31 @@ TEST_CASE("a cluster file carries the door's secret inline or in a file, never a
   CHECK(from_file.options_for("ps").secret == "fedcba9876543210fedc");
   REQUIRE(from_file.warnings.size() == 1);
   CHECK(from_file.warnings[0] == dir + "/cluster.secret: the cluster secret is readable by other users (chmod 600 it)");
+}
+
+TEST_CASE("heartbeats are on by default, and a cluster file or a CAF setting changes or stops them") {
+  using castor::detail::make_caf_config;
+  using std::chrono::milliseconds;
+  auto interval = [](const caf::actor_system_config& cfg) {
+    return caf::get_or(cfg, "middleman.heartbeat-interval", caf::timespan{0});
+  };
+  auto timeout = [](const caf::actor_system_config& cfg) {
+    return caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0});
+  };
+  auto defaults = make_caf_config(castor::WorkerOptions{});
+  CHECK(interval(*defaults) == milliseconds(2000));  // Note [Silent peers]
+  CHECK(timeout(*defaults) == milliseconds(30000));
+
+  auto off = parse_cluster_file(R"({"workers": [{"name": "a", "host": "127.0.0.1", "port": 29600}],
+                                    "options": {"heartbeat_ms": 0, "connection_timeout_ms": 0}})",
+                                "/etc/castor/job.json");
+  auto quiet = make_caf_config(off.options_for("a"));
+  CHECK(interval(*quiet) == caf::timespan{0});
+  CHECK(timeout(*quiet) == caf::timespan{0});
+
+  castor::WorkerOptions tuned;
+  tuned.caf_settings["middleman.connection-timeout"] = "90s";
+  auto slow_link = make_caf_config(tuned);
+  CHECK(interval(*slow_link) == milliseconds(2000));
+  CHECK(timeout(*slow_link) == milliseconds(90000));
 }
