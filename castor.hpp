@@ -10,6 +10,7 @@
 #include "actors/api/registry.hpp"
 #include "actors/api/worker.hpp"
 #include "actors/api/worker_options.hpp"
+#include "config/init_from_env.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/rref.hpp"
 #include "engine/context.hpp"

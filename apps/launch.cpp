@@ -1,8 +1,14 @@
 #include "apps/launch.hpp"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "actors/transport/cluster_secret.hpp"
 #include "actors/api/worker.hpp"
@@ -23,7 +29,7 @@ const char* kLaunchUsage =
 
 const char* kWorkerUsage =
     "usage: castor worker --config <cluster.json> --name <worker> [--local]\n"
-    "  runs one worker of the cluster file (and its app, if the file names one)\n"
+    "  runs one worker of the cluster file (and its app or program, if the file names one)\n"
     "  --local   every worker of the file runs on this host: use 127.0.0.1 for all\n";
 
 // Loads the file, prints its warnings, and checks that every app it names exists.
@@ -43,6 +49,25 @@ config::ClusterFile load_checked(const std::string& path) {
     }
   }
   return file;
+}
+
+// Becomes the user's program for worker `name` of the cluster file (Note
+// [Launch variables], V0): it finds the file and its name in CASTOR_CLUSTER_FILE
+// and CASTOR_WORKER, and its signals and exit are the launcher's to see.
+int exec_program(const std::string& path, const std::string& name, const std::string& program,
+                 const std::vector<std::string>& args, bool local) {
+  ::setenv("CASTOR_CLUSTER_FILE", std::filesystem::absolute(path).string().c_str(), 1);
+  ::setenv("CASTOR_WORKER", name.c_str(), 1);
+  if (local) ::setenv("CASTOR_LOCAL", "1", 1);
+  std::vector<std::string> argv{program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::vector<char*> raw;
+  for (auto& a : argv) raw.push_back(a.data());
+  raw.push_back(nullptr);
+  ::execvp(raw[0], raw.data());
+  std::fprintf(stderr, "castor worker: %s: worker '%s': cannot run program %s: %s\n", path.c_str(), name.c_str(),
+               program.c_str(), std::strerror(errno));
+  return 2;
 }
 
 }  // namespace
@@ -178,18 +203,20 @@ int worker_command(const std::vector<std::string>& args) {
     return 2;
   }
   WorkerOptions opts;
-  std::string app;
+  std::string app, program;
   std::vector<std::string> app_args;
   try {
     auto file = load_checked(path);
     const auto& me = file.worker(name);
     opts = file.options_for(name);
     app = me.app;
+    program = me.program;
     app_args = me.args;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor worker: %s\n", e.what());
     return 2;
   }
+  if (!program.empty()) return exec_program(path, name, program, app_args, local);
   if (local) {
     opts.host = "127.0.0.1";
     opts.master.host = "127.0.0.1";

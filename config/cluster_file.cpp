@@ -168,11 +168,33 @@ TlsOptions read_tls(Reader& r, const json& t, const std::string& field, TlsOptio
   return tls;
 }
 
-ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::string& default_app,
+// What a worker runs: an in-tree "app" or a "program" of the user's (a path
+// relative to the file's folder, or a name looked up on PATH), never both
+// in one object; a worker's own choice replaces the file's default.
+struct Runs {
+  std::string app;
+  std::string program;
+};
+
+Runs read_runs(Reader& r, const json& o, const std::string& prefix, const Runs& fallback) {
+  if (o.contains("app") && o.contains("program"))
+    r.fail(prefix.empty() ? "program" : prefix + ".program",
+           "give \"app\" (an app compiled into castor) or \"program\" (your own), not both");
+  if (o.contains("app")) return Runs{r.string(o["app"], prefix.empty() ? "app" : prefix + ".app"), ""};
+  if (o.contains("program")) {
+    auto field = prefix.empty() ? "program" : prefix + ".program";
+    auto name = r.string(o["program"], field);
+    if (name.empty()) r.fail(field, "must not be empty");
+    return Runs{"", name.find('/') == std::string::npos ? name : r.file_path(o["program"], field)};
+  }
+  return fallback;
+}
+
+ClusterWorker read_worker(Reader& r, const json& w, size_t index, const Runs& default_runs,
                           const std::vector<std::string>& default_args, const TlsOptions& default_tls) {
   auto field = "workers[" + std::to_string(index) + "]";
   if (!w.is_object()) r.fail(field, "expected an object, got " + Reader::describe(w));
-  r.warn_unknown(w, field, {"name", "rank", "host", "port", "app", "args", "tls", "metrics_port"});
+  r.warn_unknown(w, field, {"name", "rank", "host", "port", "app", "program", "args", "tls", "metrics_port"});
   for (const char* required : {"name", "host", "port"})
     if (!w.contains(required)) r.fail(field, std::string("missing \"") + required + "\"");
   ClusterWorker out;
@@ -182,7 +204,9 @@ ClusterWorker read_worker(Reader& r, const json& w, size_t index, const std::str
   out.host = r.string(w["host"], field + ".host");
   if (out.host.empty()) r.fail(field + ".host", "must not be empty");
   out.port = uint16_t(r.integer(w["port"], field + ".port", 1, 65535));
-  out.app = w.contains("app") ? r.string(w["app"], field + ".app") : default_app;
+  auto runs = read_runs(r, w, field, default_runs);
+  out.app = runs.app;
+  out.program = runs.program;
   out.args = w.contains("args") ? r.strings(w["args"], field + ".args") : default_args;
   out.tls = w.contains("tls") ? read_tls(r, w["tls"], field + ".tls", default_tls) : default_tls;
   if (w.contains("metrics_port")) out.metrics_port = uint16_t(r.integer(w["metrics_port"], field + ".metrics_port", 1, 65535));
@@ -251,17 +275,17 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
     r.fail("", std::string("not valid JSON: ") + e.what());
   }
   if (!root.is_object()) r.fail("", "expected a JSON object at the top, got " + Reader::describe(root));
-  r.warn_unknown(root, "", {"app", "args", "workers", "options", "tls", "secret", "secret_file"});
+  r.warn_unknown(root, "", {"app", "program", "args", "workers", "options", "tls", "secret", "secret_file"});
   ClusterFile out;
   out.path = path;
-  std::string app = root.contains("app") ? r.string(root["app"], "app") : "";
+  auto runs = read_runs(r, root, "", Runs{});
   std::vector<std::string> args = root.contains("args") ? r.strings(root["args"], "args") : std::vector<std::string>{};
   if (!root.contains("workers")) r.fail("workers", "missing: a cluster file lists its workers");
   const auto& workers = root["workers"];
   if (!workers.is_array() || workers.empty())
     r.fail("workers", "expected a non-empty list of workers, got " + Reader::describe(workers));
   TlsOptions tls = root.contains("tls") ? read_tls(r, root["tls"], "tls", TlsOptions{}) : TlsOptions{};
-  for (size_t i = 0; i < workers.size(); ++i) out.workers.push_back(read_worker(r, workers[i], i, app, args, tls));
+  for (size_t i = 0; i < workers.size(); ++i) out.workers.push_back(read_worker(r, workers[i], i, runs, args, tls));
   if (root.contains("options")) read_options(r, root["options"], out.shared);
   out.shared.secret = read_secret(r, root);
 

@@ -3,7 +3,8 @@
 // file deploys it on one host or many.
 //
 //   {
-//     "app": "parameter-server", "args": ["--epochs", "1"],      // optional default for every worker
+//     "app": "parameter-server", "args": ["--epochs", "1"],      // optional default for every worker;
+//                                                                 // or "program": "./my_trainer" (not both)
 //     "workers": [
 //       {"name": "ps", "rank": 0, "host": "10.0.0.1", "port": 29600},
 //       {"name": "trainer1", "host": "10.0.0.2", "port": 29600, "app": "...", "args": [...],
@@ -43,8 +44,9 @@ struct ClusterWorker {
   int rank = -1;
   std::string host;
   uint16_t port = 0;
-  std::string app;                // empty: serve only
-  std::vector<std::string> args;  // the app's flags
+  std::string app;                // empty: serve only (or run `program`)
+  std::string program;            // the user's own program instead of an app; empty: none
+  std::vector<std::string> args;  // the app's flags, or the program's arguments
   TlsOptions tls;                 // the file's "tls", with this worker's own "tls" over it
   uint16_t metrics_port = 0;      // Prometheus text served here; 0: none
 };

@@ -244,13 +244,22 @@ TEST_CASE("the README's example app trains its remote layer") {
 TEST_CASE("castor run refuses bad input before starting workers, naming the cause") {
   auto r = run_castor({"run", "no-such-app"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "unknown app 'no-such-app'"));
+  CHECK(contains(r.output, "castor run: 'no-such-app' is neither an app (see `castor apps`) nor a program on PATH"));
+  r = run_castor({"run", "-n", "2", "./no-such-program"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "castor run: './no-such-program' is not an executable file"));
+  r = run_castor({"run", "-n"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "castor run: -n needs a number of workers"));
+  r = run_castor({"run", "--workers", "3"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "castor run: which app or program?"));
   r = run_castor({"run", "parameter-server", "--bogus", "1"});
   CHECK(r.code == 2);
   CHECK(contains(r.output, "unknown flag --bogus"));
   r = run_castor({"run", "parameter-server", "--workers", "0"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "--workers must be at least 1"));
+  CHECK(contains(r.output, "--workers must be a number of workers, at least 1, got '0'"));
   r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
   CHECK(r.code != 0);
   CHECK(contains(r.output, "--mode must be sync or async, got 'sideways'"));
@@ -261,7 +270,7 @@ TEST_CASE("every app documents every flag it takes in --help") {
     auto r = run_castor({"run", app, "--help"});
     INFO(app, r.output);
     CHECK(r.code == 0);
-    CHECK(contains(r.output, "castor run " + app + " [--workers N]"));
+    CHECK(contains(r.output, "castor run " + app + " [-n N | --workers N] [--max-restarts N]"));
     auto list = run_castor({"apps"});
     CHECK(contains(list.output, app));
   }
@@ -272,7 +281,8 @@ TEST_CASE("every app documents every flag it takes in --help") {
     CHECK_MESSAGE(contains(r.output, flag), flag);
   auto help = run_castor({"--help"});
   CHECK(contains(help.output, "demo"));
-  CHECK(contains(help.output, "run <app>"));
+  CHECK(contains(help.output, "run [-n N] [--max-restarts N] <app> [app flags]"));
+  CHECK(contains(help.output, "run [-n N] [--max-restarts N] <program> [args]"));
 }
 
 TEST_CASE("a missing data folder fails the app with an error naming the file") {

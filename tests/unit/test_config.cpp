@@ -6,10 +6,15 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <map>
+#include <stdexcept>
 #include <string>
+#include <vector>
 
 #include <caf/actor_system_config.hpp>
 
+#include "actors/api/errors.hpp"
+#include "config/init_from_env.hpp"
 #include "actors/transport/caf_config.hpp"
 #include "config/cluster_file.hpp"
 
@@ -179,4 +184,127 @@ TEST_CASE("heartbeats are on by default, and a cluster file or a CAF setting cha
   auto slow_link = make_caf_config(tuned);
   CHECK(interval(*slow_link) == milliseconds(2000));
   CHECK(timeout(*slow_link) == milliseconds(90000));
+}
+
+namespace {
+
+// A launcher's environment, as read_launch_env sees it.
+castor::LaunchEnv launch_env(const std::map<std::string, std::string>& vars, bool need_master = true) {
+  return castor::detail::read_launch_env(
+      [&](const char* name) -> const char* {
+        auto it = vars.find(name);
+        return it == vars.end() ? nullptr : it->second.c_str();
+      },
+      need_master);
+}
+
+std::string launch_error(const std::map<std::string, std::string>& vars) {
+  try {
+    launch_env(vars);
+  } catch (const castor::RpcError& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST_CASE("Slurm's compressed host lists expand in order, zero padding kept") {
+  using castor::detail::expand_host_list;
+  using V = std::vector<std::string>;
+  CHECK(expand_host_list("node7") == V{"node7"});
+  CHECK(expand_host_list("node[01-03,7],gpu5") == V{"node01", "node02", "node03", "node7", "gpu5"});
+  CHECK(expand_host_list("rack[1-2]-n[09-10]") == V{"rack1-n09", "rack1-n10", "rack2-n09", "rack2-n10"});
+  CHECK(expand_host_list("a,b[3],c") == V{"a", "b3", "c"});
+  for (const char* bad : {"", "node[", "node]", "node[3-1]", "node[]", "node[a-b]", "a,,b", "a,"})
+    CHECK_THROWS_AS(expand_host_list(bad), std::invalid_argument);
+  CHECK_THROWS_WITH(expand_host_list("node[5-2]"), "host list 'node[5-2]': '5-2' is not an ascending range");
+}
+
+TEST_CASE("init_rpc_from_env reads torchrun's, Slurm's and Open MPI's variables, in that order") {
+  auto torchrun = launch_env({{"RANK", "2"}, {"WORLD_SIZE", "4"}, {"LOCAL_RANK", "0"}, {"MASTER_ADDR", "10.0.0.1"},
+                              {"MASTER_PORT", "29500"}, {"SLURM_PROCID", "7"}, {"SLURM_NTASKS", "8"}});
+  CHECK(torchrun.source == "torchrun");
+  CHECK(torchrun.rank == 2);
+  CHECK(torchrun.world_size == 4);
+  CHECK(torchrun.local_rank == 0);
+  CHECK(torchrun.master_host == "10.0.0.1");
+  CHECK(torchrun.master_port == 29500);
+  // A caller who gives the master needs only the rank and world size.
+  auto ranks_only = launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}}, false);
+  CHECK(ranks_only.rank == 1);
+  CHECK(ranks_only.world_size == 2);
+  CHECK(ranks_only.master_host.empty());
+
+  std::map<std::string, std::string> slurm{{"SLURM_PROCID", "5"},        {"SLURM_NTASKS", "8"},
+                                           {"SLURM_LOCALID", "1"},       {"SLURM_JOB_ID", "123456"},
+                                           {"SLURM_JOB_NODELIST", "gpu[07-10]"}, {"OMPI_COMM_WORLD_RANK", "0"}};
+  auto s = launch_env(slurm);
+  CHECK(s.source == "Slurm");
+  CHECK(s.rank == 5);
+  CHECK(s.world_size == 8);
+  CHECK(s.local_rank == 1);
+  CHECK(s.master_host == "gpu07");  // the list's first host
+  CHECK(s.master_port == 10000 + 123456 % 20000);  // from the job id: every rank agrees
+  slurm["MASTER_PORT"] = "29400";
+  slurm["MASTER_ADDR"] = "login1";
+  auto given = launch_env(slurm);
+  CHECK(given.master_port == 29400);
+  CHECK(given.master_host == "login1");
+
+  auto mpi = launch_env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                         {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                         {"OMPI_MCA_ess_base_jobid", "3137339393"}});
+  CHECK(mpi.source == "Open MPI");
+  CHECK(mpi.rank == 1);
+  CHECK(mpi.world_size == 4);
+  CHECK(mpi.master_host == "127.0.0.1");  // every rank on this host
+  CHECK(mpi.master_port == 10000 + 3137339393ULL % 20000);
+}
+
+TEST_CASE("init_rpc_from_env names the variable at fault and guesses nothing") {
+  CHECK(launch_error({}) ==
+        "init_rpc_from_env: no launcher's variables found: set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT (castor "
+        "run and torchrun do), or start the program with srun (Slurm) or mpirun (Open MPI)");
+  CHECK(launch_error({{"RANK", "0"}}) == "init_rpc_from_env: WORLD_SIZE is not set");
+  CHECK(launch_error({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}) ==
+        "init_rpc_from_env: RANK must be an integer in [0, 3], got '4'");
+  CHECK(launch_error({{"RANK", "0"}, {"WORLD_SIZE", "2x"}}) ==
+        "init_rpc_from_env: WORLD_SIZE must be an integer in [1, 32767], got '2x'");
+  CHECK(launch_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_PORT", "29500"}}) ==
+        "init_rpc_from_env: MASTER_ADDR is not set (RANK and WORLD_SIZE are: torchrun's variables need all four)");
+  CHECK(launch_error({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "70000"}}) ==
+        "init_rpc_from_env: MASTER_PORT must be an integer in [1, 65535], got '70000'");
+  CHECK(launch_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[1-2]"}}) ==
+        "init_rpc_from_env: Slurm gives no port: set MASTER_PORT (or SLURM_JOB_ID)");
+  CHECK(launch_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "9"}}) ==
+        "init_rpc_from_env: Slurm gives no node list (SLURM_JOB_NODELIST) and MASTER_ADDR is not set");
+  CHECK(launch_error({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "9"},
+                      {"SLURM_JOB_NODELIST", "n[2-1]"}}) ==
+        "init_rpc_from_env: SLURM_JOB_NODELIST: host list 'n[2-1]': '2-1' is not an ascending range");
+  CHECK(launch_error({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                      {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}, {"MASTER_PORT", "29500"}}) ==
+        "init_rpc_from_env: Open MPI names no master host and the ranks span several hosts: set MASTER_ADDR to rank "
+        "0's host (mpirun -x MASTER_ADDR=...)");
+}
+
+TEST_CASE("a cluster file's worker runs an app or the user's own program, never both") {
+  auto file = parse_cluster_file(R"({
+    "program": "bin/trainer", "args": ["--epochs", "2"],
+    "workers": [{"name": "ps", "host": "127.0.0.1", "port": 29600, "program": "/opt/job/server"},
+                {"name": "t1", "host": "127.0.0.1", "port": 29601},
+                {"name": "t2", "host": "127.0.0.1", "port": 29602, "program": "trainer-on-path"},
+                {"name": "t3", "host": "127.0.0.1", "port": 29603, "app": "rpc-tour"}]})",
+                                 "/etc/castor/job.json");
+  CHECK(file.workers[0].program == "/opt/job/server");
+  CHECK(file.workers[1].program == "/etc/castor/bin/trainer");  // relative to the file's folder
+  CHECK(file.workers[1].args == std::vector<std::string>{"--epochs", "2"});
+  CHECK(file.workers[2].program == "trainer-on-path");  // no '/': looked up on PATH when it starts
+  CHECK(file.workers[3].app == "rpc-tour");              // a worker's own choice replaces the default
+  CHECK(file.workers[3].program.empty());
+  CHECK(file.warnings.empty());
+  CHECK(error_of(R"({"app": "rpc-tour", "program": "x", "workers": [{"name": "a", "host": "h", "port": 1}]})") ==
+        "/etc/castor/job.json: program: give \"app\" (an app compiled into castor) or \"program\" (your own), not both");
+  CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 1, "program": ""}]})") ==
+        "/etc/castor/job.json: workers[0].program: must not be empty");
 }
