@@ -21,8 +21,9 @@ namespace castor {
 //      The file gives every option, as it does to its apps; the caller's
 //      WorkerOptions are not used.
 //  V1. torchrun's (castor run sets the same): RANK, WORLD_SIZE, MASTER_ADDR,
-//      MASTER_PORT, LOCAL_RANK. All four of the first are required once RANK
-//      or WORLD_SIZE is set.
+//      MASTER_PORT, LOCAL_RANK. Once RANK or WORLD_SIZE is set, the first
+//      four are required (the last two not when the caller's WorkerOptions
+//      give the master: a master is one address, never half of two).
 //  V2. Slurm's (srun): SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID; the master
 //      is MASTER_ADDR, else the first host of SLURM_JOB_NODELIST (its
 //      compressed form expanded); the port MASTER_PORT, else one derived
