@@ -79,6 +79,13 @@ uint16_t port_or_job(const Lookup& lookup, const char* job_variable, const std::
   return port_from_job_id(id);
 }
 
+// One launcher's rank, world size and (optional) local rank, each checked (V4).
+void read_ranks(const Lookup& lookup, LaunchEnv& e, const char* rank, const char* size, const char* local_rank) {
+  e.world_size = int(integer(lookup, size, 1, kMaxWorld));
+  e.rank = int(integer(lookup, rank, 0, e.world_size - 1));
+  e.local_rank = int(integer_or(lookup, local_rank, 0, kMaxWorld, -1));
+}
+
 }  // namespace
 
 uint16_t port_from_job_id(uint64_t job_id) { return uint16_t(10000 + job_id % 20000); }
@@ -144,9 +151,7 @@ LaunchEnv read_launch_env(const Lookup& lookup, bool need_master) {
   LaunchEnv e;
   if (get(lookup, "RANK") || get(lookup, "WORLD_SIZE")) {  // V1
     e.source = "torchrun";
-    e.world_size = int(integer(lookup, "WORLD_SIZE", 1, kMaxWorld));
-    e.rank = int(integer(lookup, "RANK", 0, e.world_size - 1));
-    e.local_rank = int(integer_or(lookup, "LOCAL_RANK", 0, kMaxWorld, -1));
+    read_ranks(lookup, e, "RANK", "WORLD_SIZE", "LOCAL_RANK");
     if (!need_master) return e;
     const char* host = get(lookup, "MASTER_ADDR");
     if (!host) refuse("MASTER_ADDR is not set (RANK and WORLD_SIZE are: torchrun's variables need all four)");
@@ -154,9 +159,7 @@ LaunchEnv read_launch_env(const Lookup& lookup, bool need_master) {
     e.master_port = uint16_t(integer(lookup, "MASTER_PORT", 1, 65535));
   } else if (get(lookup, "SLURM_PROCID")) {  // V2
     e.source = "Slurm";
-    e.world_size = int(integer(lookup, "SLURM_NTASKS", 1, kMaxWorld));
-    e.rank = int(integer(lookup, "SLURM_PROCID", 0, e.world_size - 1));
-    e.local_rank = int(integer_or(lookup, "SLURM_LOCALID", 0, kMaxWorld, -1));
+    read_ranks(lookup, e, "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID");
     if (!need_master) return e;
     if (const char* host = get(lookup, "MASTER_ADDR")) {
       e.master_host = host;
@@ -170,13 +173,12 @@ LaunchEnv read_launch_env(const Lookup& lookup, bool need_master) {
         refuse(std::string("SLURM_JOB_NODELIST: ") + bad.what());
       }
     }
-    e.master_port = port_or_job(lookup, get(lookup, "SLURM_JOBID") && !get(lookup, "SLURM_JOB_ID") ? "SLURM_JOBID" : "SLURM_JOB_ID",
-                                "Slurm");  // the older name, when only it is set
+    // SLURM_JOBID is the older name, used when only it is set.
+    bool old_name = get(lookup, "SLURM_JOBID") && !get(lookup, "SLURM_JOB_ID");
+    e.master_port = port_or_job(lookup, old_name ? "SLURM_JOBID" : "SLURM_JOB_ID", "Slurm");
   } else if (get(lookup, "OMPI_COMM_WORLD_RANK")) {  // V3
     e.source = "Open MPI";
-    e.world_size = int(integer(lookup, "OMPI_COMM_WORLD_SIZE", 1, kMaxWorld));
-    e.rank = int(integer(lookup, "OMPI_COMM_WORLD_RANK", 0, e.world_size - 1));
-    e.local_rank = int(integer_or(lookup, "OMPI_COMM_WORLD_LOCAL_RANK", 0, kMaxWorld, -1));
+    read_ranks(lookup, e, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK");
     if (!need_master) return e;
     if (const char* host = get(lookup, "MASTER_ADDR")) {
       e.master_host = host;
