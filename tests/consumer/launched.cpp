@@ -3,7 +3,8 @@
 // it learns who it is from the launcher (castor::init_rpc_from_env) and
 // rank 0 calls every other rank.
 //   MODE ok        every rank answers; rank 0 prints what it heard
-//   MODE fail      rank 1's own code fails: it exits 3 with its error
+//   MODE fail      rank 1's own code fails before it joins: it exits 3 with
+//                  its error
 //   MODE die-once  the first start of the job loses rank 1 to a SIGKILL of
 //                  its own (CASTOR_RESTART unset); a restart finishes
 #include <signal.h>
@@ -24,8 +25,11 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "ok";
   const char* restart = std::getenv("CASTOR_RESTART");
   try {
+    // Before it joins: rank 0 is still waiting for it, so the launcher's
+    // verdict is this failure (L2), not rank 0's clean end (L1).
+    const char* rank = std::getenv("RANK");
+    if (mode == "fail" && rank && std::string(rank) == "1") throw std::runtime_error("rank 1 fails on purpose");
     castor::Worker w = castor::init_rpc_from_env();
-    if (mode == "fail" && w.rank() == 1) throw std::runtime_error("rank 1 fails on purpose");
     bool first_start = !restart || std::string(restart) == "0";
     if (mode == "die-once" && w.rank() == 1 && first_start) ::raise(SIGKILL);
     if (w.rank() == 0) {
