@@ -15,6 +15,7 @@
 #include "apps/common/app.hpp"
 #include "apps/common/local_launch.hpp"
 #include "apps/common/restarts.hpp"
+#include "apps/common/training_log.hpp"
 #include "apps/inspect.hpp"
 #include "apps/launch.hpp"
 #include "actors/transport/cluster_secret.hpp"
@@ -227,12 +228,15 @@ int main(int argc, char** argv) {
   auto cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "demo") {
-    std::vector<std::string> demo_args{"--compare", "--out", "castor-out/demo", "--min-accuracy", "0.85"};
+    // Note [Curve files]: each demo its own files.
+    std::vector<std::string> demo_args{"--compare", "--out", "castor-out/demo-" + new_job_id(), "--min-accuracy",
+                                       "0.85"};
     demo_args.insert(demo_args.end(), rest.begin(), rest.end());  // later flags win
     RunRequest req;
     req.target = "parameter-server";
     req.args = std::move(demo_args);
-    return run_app(app_registry().at(req.target), std::move(req));
+    const auto& app = app_registry().at(req.target);  // before req is moved from: argument order is unspecified
+    return run_app(app, std::move(req));
   }
   if (cmd == "apps") return list_apps();
   if (cmd == "launch") return launch_command(rest);

@@ -26,6 +26,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "apps/common/training_log.hpp"
+
 namespace castor::apps {
 
 bool parse_max_restarts(const std::vector<std::string>& args, size_t& i, int& max_restarts) {
@@ -43,8 +45,13 @@ bool parse_max_restarts(const std::vector<std::string>& args, size_t& i, int& ma
 LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int restart)>& make_specs, int max_restarts,
                       const std::string& command) {
   std::map<std::string, int> restarts;  // R3: per worker
+  // Note [Curve files], C2: one name for the job, whatever restarts it; a
+  // CASTOR_JOB_ID of the user's is kept.
+  const char* given_job = std::getenv("CASTOR_JOB_ID");
+  const std::string job = given_job && *given_job ? given_job : new_job_id();
   for (int restart = 0;; ++restart) {
     auto specs = make_specs(restart);
+    for (auto& s : specs) s.env.emplace("CASTOR_JOB_ID", job);
     if (max_restarts > 0)
       for (auto& s : specs) s.env["CASTOR_RESTART"] = std::to_string(restart);
     auto result = run_processes(specs, std::chrono::seconds(5), max_restarts > 0);

@@ -4,10 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+
+#include <unistd.h>
 
 namespace castor::apps {
 namespace {
@@ -113,6 +117,30 @@ std::string TrainingLog::svg() const {
   }
   out << "</svg>\n";
   return out.str();
+}
+
+// Note [Curve files]
+// ~~~~~~~~~~~~~~~~~~
+//  C1. An explicit --out PREFIX is the user's choice: PREFIX.csv and
+//      PREFIX.svg, overwritten if they exist.
+//  C2. Without it, the files are castor-out/<app>-<job>.{csv,svg}. <job> is
+//      CASTOR_JOB_ID, which castor run and castor launch set once per job
+//      (the same for every restart of it, whose curves replace the earlier
+//      ones), else new_job_id() of this process. So two jobs started in the
+//      same folder never write the same files, and each prints its paths.
+std::string curve_prefix(const std::string& out, const std::string& app) {
+  if (!out.empty()) return out;  // C1
+  const char* job = std::getenv("CASTOR_JOB_ID");
+  return "castor-out/" + app + "-" + (job && *job ? std::string(job) : new_job_id());  // C2
+}
+
+std::string new_job_id() {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  ::localtime_r(&now, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof(stamp), "%Y%m%d-%H%M%S", &local);
+  return std::string(stamp) + "-" + std::to_string(::getpid());
 }
 
 std::vector<std::string> TrainingLog::write(const std::string& prefix) const {

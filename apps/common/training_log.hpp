@@ -15,6 +15,14 @@ struct CurvePoint {
   double samples_per_s = 0;
 };
 
+/// Note [Curve files] (training_log.cpp): the prefix an app writes its
+/// curves to -- `out` (its --out flag) when given, else a per-job name.
+std::string curve_prefix(const std::string& out, const std::string& app);
+
+/// A name for a new job: its start time and the launcher's process id,
+/// "20261125-231502-4711".
+std::string new_job_id();
+
 class TrainingLog {
  public:
   explicit TrainingLog(std::string title, std::string x_name = "epoch")

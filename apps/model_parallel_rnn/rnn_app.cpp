@@ -128,7 +128,7 @@ int run(Worker& w, const AppArgs& args) {
   const auto& pts = log.points();
   std::printf("loss: first step %.4f, last step %.4f (ln %lld = %.4f)\n", pts.front().loss, pts.back().loss,
               (long long)vocab, std::log(double(vocab)));
-  auto paths = log.write(args.get("out", "castor-out/rnn"));
+  auto paths = log.write(curve_prefix(args.get("out", ""), "rnn"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);
   return 0;
@@ -147,7 +147,7 @@ AppRegistrar registrar{App{
     "  --lr X            learning rate (default 0.01 for adam, 0.5 for sgd)\n"
     "  --seed N          data seed (default 1)\n"
     "  --log-every N     print the loss every N steps (default 10; 0: only at the end)\n"
-    "  --out PREFIX      write PREFIX.csv and PREFIX.svg (default castor-out/rnn)\n"
+    "  --out PREFIX      write PREFIX.csv and PREFIX.svg (default castor-out/rnn-<job>)\n"
     "  --no-progress     no progress bar\n",
     3,
     {"steps", "batch-size", "seq-len", "vocab", "embed", "hidden", "optimizer", "lr", "seed", "log-every", "out",

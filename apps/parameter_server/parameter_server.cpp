@@ -1,5 +1,6 @@
 #include "parameter_server.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -51,7 +52,7 @@ int64_t steps_per_epoch(int64_t samples, int64_t trainers, int64_t batch) {
 
 ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, double momentum, int64_t seed,
                                  bool sync)
-    : sync_(sync) {
+    : sync_(sync), momentum_(momentum) {
   if (trainers < 1) throw std::invalid_argument("ParameterServer: needs at least one trainer");
   for (int64_t r = 1; r <= trainers; ++r) trainers_.insert(r);
   if (hidden < 1) throw std::invalid_argument("ParameterServer: hidden size must be positive");
@@ -62,6 +63,16 @@ ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, do
     pending_grads_.push_back(at::zeros_like(p));
   }
   optimizer_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(lr).momentum(momentum));
+  if (!sync_) set_async_momentum();
+}
+
+double async_momentum(double asked, int64_t trainers) {
+  return std::max(0.0, asked - (1.0 - 1.0 / double(std::max<int64_t>(trainers, 1))));
+}
+
+void ParameterServer::set_async_momentum() {
+  for (auto& group : optimizer_->param_groups())
+    static_cast<torch::optim::SGDOptions&>(group.options()).momentum(async_momentum(momentum_, int64_t(trainers_.size())));
 }
 
 ParameterServer::~ParameterServer() = default;
@@ -119,7 +130,10 @@ void ParameterServer::complete_round_if_full() {
 int64_t ParameterServer::trainer_left(int64_t trainer) {
   std::lock_guard<std::mutex> lock(mutex_);
   trainers_.erase(trainer);
-  if (sync_) complete_round_if_full();
+  if (sync_)
+    complete_round_if_full();
+  else
+    set_async_momentum();  // A2
   return int64_t(trainers_.size());
 }
 

@@ -50,6 +50,9 @@ int run(Worker& w, const AppArgs& args) {
   std::printf("parameter server on %s, %lld trainer(s), %s mode, MLP 784-%lld-10, SGD lr %g (x%g per epoch) momentum %g, batch %lld\n",
               w.name().c_str(), (long long)trainers, cfg.sync ? "sync" : "async", (long long)cfg.hidden, cfg.lr,
               cfg.lr_decay, cfg.momentum, (long long)cfg.batch);
+  if (!cfg.sync)  // A1 of Note [Parameter-server modes]
+    std::printf("async mode: the server applies momentum %g (%g less the %g that %lld asynchronous trainers add)\n",
+                async_momentum(cfg.momentum, trainers), cfg.momentum, 1.0 - 1.0 / double(trainers), (long long)trainers);
   std::fflush(stdout);
   TrainingLog log("castor parameter server on Fashion-MNIST (" + std::to_string(trainers) + " trainers, " +
                   (cfg.sync ? "sync" : "async") + ")");
@@ -72,7 +75,7 @@ int run(Worker& w, const AppArgs& args) {
   } else {
     std::printf("test accuracy: %.2f%%\n", accuracy * 100);
   }
-  auto paths = log.write(args.get("out", "castor-out/parameter-server"));
+  auto paths = log.write(curve_prefix(args.get("out", ""), "parameter-server"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);
   double floor = args.get_double("min-accuracy", 0);
@@ -92,7 +95,8 @@ AppRegistrar registrar{App{
     "  --momentum X      SGD momentum on the server (default 0.9)\n"
     "  --lr-decay X      multiply the learning rate by X after each epoch (default 0.7)\n"
     "  --hidden N        hidden units of the MLP 784-N-10 (default 128)\n"
-    "  --mode sync|async sync: average every trainer's gradients per round; async: apply each push (default sync)\n"
+    "  --mode sync|async sync: average every trainer's gradients per round; async: apply each push at once,\n"
+    "                    with the momentum less the 1 - 1/N that N asynchronous trainers add (default sync)\n"
     "  --on-trainer-failure stop|continue\n"
     "                    when a trainer dies: fail the job, or go on with the trainers left (default stop)\n"
     "  --checkpoint-dir D  save the server to D after each epoch, and resume from D's last checkpoint at start\n"
@@ -101,7 +105,7 @@ AppRegistrar registrar{App{
     "  --limit N         use the first N training samples (default all 60000)\n"
     "  --test-limit N    use the first N test samples (default all 10000)\n"
     "  --data DIR        Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
-    "  --out PREFIX      write PREFIX.csv and PREFIX.svg (default castor-out/parameter-server)\n"
+    "  --out PREFIX      write PREFIX.csv and PREFIX.svg (default castor-out/parameter-server-<job>)\n"
     "  --compare         then train the same model in one process with libtorch and compare\n"
     "  --min-accuracy X  exit with 3 if the final test accuracy is below X\n"
     "  --no-progress     no progress bar\n",

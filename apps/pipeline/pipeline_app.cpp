@@ -141,7 +141,7 @@ int run(Worker& w, const AppArgs& args) {
     log.add(point);
   }
   std::printf("test accuracy: %.2f%%\n", log.points().back().accuracy * 100);
-  auto paths = log.write(args.get("out", "castor-out/pipeline"));
+  auto paths = log.write(curve_prefix(args.get("out", ""), "pipeline"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);
   return 0;
@@ -161,7 +161,7 @@ AppRegistrar registrar{App{
     "  --limit N           use the first N training samples (default all)\n"
     "  --test-limit N      use the first N test samples (default all)\n"
     "  --data DIR          Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
-    "  --out PREFIX        write PREFIX.csv and PREFIX.svg (default castor-out/pipeline)\n"
+    "  --out PREFIX        write PREFIX.csv and PREFIX.svg (default castor-out/pipeline-<job>)\n"
     "  --no-progress       no progress bar\n",
     3,
     {"epochs", "batch-size", "micro-batches", "hidden1", "hidden2", "lr", "momentum", "seed", "limit", "test-limit",
