@@ -1,6 +1,8 @@
 // Class registry storage, constructor choice and signatures.
 #include "rref/class_registry.hpp"
 
+#include "rref/rref_api.hpp"
+
 namespace castor::detail {
 
 ClassRegistry& ClassRegistry::instance() {
@@ -39,6 +41,32 @@ const ClassEntry* ClassRegistry::find(const std::string& name) const {
 std::string ClassRegistry::name_of(std::type_index type) const {
   auto it = names_.find(type);
   return it == names_.end() ? std::string() : it->second;
+}
+
+std::string ClassRegistry::method_name_of(const std::type_info& type, const std::string& key) const {
+  auto cls = name_of(type);
+  auto it = cls.empty() ? classes_.end() : classes_.find(cls);
+  if (it == classes_.end())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, "",
+                                "a method of class " + class_name_of(type) +
+                                    " was called through a member pointer, but the class was never registered "
+                                    "with CASTOR_CLASS"});
+  auto m = it->second.method_by_pointer.find(key);
+  if (m == it->second.method_by_pointer.end())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, "",
+                                "a method of class '" + cls +
+                                    "' was called through a member pointer that was never registered: add "
+                                    ".method(\"name\", &" + cls + "::member) to CASTOR_CLASS(" + cls + ")"});
+  return m->second;
+}
+
+std::string registered_class_or_throw(const std::type_info& type) {
+  auto name = ClassRegistry::instance().name_of(type);
+  if (name.empty())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, "",
+                                std::string("remote<T>(worker, args...): class ") + class_name_of(type) +
+                                    " was never registered with CASTOR_CLASS"});
+  return name;
 }
 
 ObjectPtr ClassEntry::construct(std::vector<Value>&& args) const {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <typeindex>
+#include <typeinfo>
 #include <utility>
 #include <vector>
 
@@ -56,6 +57,7 @@ struct ClassEntry {
   std::string name;
   std::vector<ConstructorEntry> constructors;
   std::map<std::string, MethodEntry> methods;
+  std::map<std::string, std::string> method_by_pointer;  // H6 of Note [Typed handles]: member_pointer_key -> name
   bool concurrent = false;  // opted in: calls on one object may overlap
 
   const MethodEntry* method(const std::string& m) const {
@@ -74,6 +76,9 @@ class ClassRegistry {
   const ClassEntry* find(const std::string& name) const;
   /// The registered name of a C++ class, or "" if it was not registered.
   std::string name_of(std::type_index type) const;
+  /// H6 of Note [Typed handles]: the name a member pointer (its key) was
+  /// registered under in class `type`; a LookupError naming the class if none.
+  std::string method_name_of(const std::type_info& type, const std::string& key) const;
 
  private:
   std::map<std::string, ClassEntry> classes_;
@@ -132,6 +137,18 @@ MethodEntry make_path_method_entry(const std::string& cls, const char* name, F f
   return e;
 }
 
+/// H5 of Note [Typed handles]: the registered name of class `type`; a
+/// LookupError naming it if it was never registered.
+std::string registered_class_or_throw(const std::type_info& type);
+
+/// A member pointer's bytes and type: equal for the same member, whatever
+/// the copy (H6 of Note [Typed handles]).
+template <class M>
+std::string member_pointer_key(M m) {
+  static_assert(std::is_member_function_pointer<M>::value, "a pointer to a member function");
+  return std::string(typeid(M).name()) + '#' + std::string(reinterpret_cast<const char*>(&m), sizeof(m));
+}
+
 /// What CASTOR_CLASS(T) starts: `.constructor<Args...>()`, `.method(name, &T::m)`,
 /// `.concurrent()`; each returns the builder, so the calls chain.
 template <class T>
@@ -164,6 +181,7 @@ class ClassBuilder {
                                                               std::make_index_sequence<Args::size>{});
     if (!entry_->methods.emplace(name, std::move(e)).second)
       FunctionRegistry::instance().add_problem("method '" + entry_->name + "." + name + "' is registered twice");
+    entry_->method_by_pointer.emplace(member_pointer_key(m), name);  // the first name wins for a pointer
     return *this;
   }
 

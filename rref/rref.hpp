@@ -61,11 +61,7 @@ class RRef {
   /// Runs method `m` of the object on its owner (one call at a time per object).
   template <class R, class... Args>
   Future<R> rpc_async(const std::string& m, Args&&... args) const {
-    auto packed = detail::pack_args(std::forward<Args>(args)...);
-    Promise<R> p(detail::runner_of(state()));
-    detail::call_method(state(), m, std::move(packed.values), packed.timeout,
-                        detail::complete_into<R>(p, "method '" + m + "' on worker " + owner_name()));
-    return p.future();
+    return call_packed<R>(m, detail::pack_args(std::forward<Args>(args)...));
   }
   template <class R, class... Args>
   R rpc_sync(const std::string& m, Args&&... args) const {
@@ -74,9 +70,26 @@ class RRef {
   /// Runs method `m` on the owner and keeps its result there, as a new RRef.
   template <class R, class... Args>
   RRef<R> remote(const std::string& m, Args&&... args) const {
-    auto packed = detail::pack_args(std::forward<Args>(args)...);
-    return RRef<R>(detail::start_remote_method(state(), m, std::move(packed.values), packed.timeout,
-                                               detail::type_name_of<R>()));
+    return remote_packed<R>(m, detail::pack_args(std::forward<Args>(args)...));
+  }
+
+  /// Typed (H6 of Note [Typed handles]): method `m` by its member pointer,
+  /// `ctr.rpc_sync(&Counter::add, 5)`; arguments checked at compile time.
+  template <class M, class... Args, std::enable_if_t<std::is_member_function_pointer<M>::value, int> = 0>
+  Future<detail::call_result_t<typename detail::function_traits<M>::result>> rpc_async(M m, Args&&... args) const {
+    check_method<M>();
+    return call_packed<detail::call_result_t<typename detail::function_traits<M>::result>>(
+        method_name(m), detail::pack_typed<typename detail::function_traits<M>::args>(std::forward<Args>(args)...));
+  }
+  template <class M, class... Args, std::enable_if_t<std::is_member_function_pointer<M>::value, int> = 0>
+  detail::call_result_t<typename detail::function_traits<M>::result> rpc_sync(M m, Args&&... args) const {
+    return rpc_async(m, std::forward<Args>(args)...).wait();
+  }
+  template <class M, class... Args, std::enable_if_t<std::is_member_function_pointer<M>::value, int> = 0>
+  RRef<detail::call_result_t<typename detail::function_traits<M>::result>> remote(M m, Args&&... args) const {
+    check_method<M>();
+    return remote_packed<detail::call_result_t<typename detail::function_traits<M>::result>>(
+        method_name(m), detail::pack_typed<typename detail::function_traits<M>::args>(std::forward<Args>(args)...));
   }
 
   WorkerInfo owner() const { return WorkerInfo{state()->owner_name, state()->owner}; }
@@ -101,6 +114,27 @@ class RRef {
   }
 
  private:
+  template <class R>
+  Future<R> call_packed(const std::string& m, detail::PackedArgs packed) const {
+    Promise<R> p(detail::runner_of(state()));
+    detail::call_method(state(), m, std::move(packed.values), packed.timeout,
+                        detail::complete_into<R>(p, "method '" + m + "' on worker " + owner_name()));
+    return p.future();
+  }
+  template <class R>
+  RRef<R> remote_packed(const std::string& m, detail::PackedArgs packed) const {
+    return RRef<R>(detail::start_remote_method(state(), m, std::move(packed.values), packed.timeout,
+                                               detail::type_name_of<R>()));
+  }
+  template <class M>
+  static constexpr void check_method() {
+    static_assert(std::is_base_of<typename detail::function_traits<M>::object, T>::value,
+                  "castor: this member pointer is a method of another class than the RRef's (Note [Typed handles], H6)");
+  }
+  template <class M>
+  static std::string method_name(M m) {
+    return detail::ClassRegistry::instance().method_name_of(typeid(T), detail::member_pointer_key(m));
+  }
   static std::optional<std::chrono::milliseconds> limit(Timeout t) {
     if (t.value.count() > 0) return t.value;
     return std::nullopt;
@@ -133,10 +167,27 @@ struct is_rref_param<RRef<T>> : std::true_type {};
 // -- Worker's RRef members ------------------------------------------------------
 
 template <class T, class... Args>
-RRef<T> Worker::remote(const std::string& to, const std::string& fn, Args&&... args) const {
+RRef<T> Worker::remote(const WorkerRef& to, const std::string& fn, Args&&... args) const {
   auto packed = detail::pack_args(std::forward<Args>(args)...);
-  return RRef<T>(detail::start_remote(*this, to, fn, std::move(packed.values), packed.timeout,
-                                      detail::type_name_of<T>()));
+  return RRef<T>(detail::start_remote(*this, to.rank() ? detail::worker_name(*this, to) : to.name(), fn,
+                                      std::move(packed.values), packed.timeout, detail::type_name_of<T>()));
+}
+
+template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>::value, int>>
+RRef<detail::handle_value_t<H>> Worker::remote(const WorkerRef& to, const H& fn, Args&&... args) const {
+  using V = detail::handle_value_t<H>;
+  auto packed = detail::pack_typed<typename detail::is_callable_handle<H>::params>(std::forward<Args>(args)...);
+  return RRef<V>(detail::start_remote(*this, to.rank() ? detail::worker_name(*this, to) : to.name(),
+                                      detail::handle_name(fn), std::move(packed.values), packed.timeout,
+                                      detail::type_name_of<V>()));
+}
+
+template <class T, class... Args, std::enable_if_t<detail::constructs_class<T, Args...>::value, int>>
+RRef<T> Worker::remote(const WorkerRef& to, Args&&... args) const {
+  static_assert(detail::constructible_from<T, typename detail::without_timeout<Args...>::type>::value,
+                "castor: remote<T>(worker, args...) constructs T, but T has no constructor taking these arguments "
+                "(Note [Typed handles], H5)");
+  return remote<T>(to, detail::registered_class_or_throw(typeid(T)), std::forward<Args>(args)...);
 }
 
 template <class T>

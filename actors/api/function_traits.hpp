@@ -11,6 +11,7 @@ namespace castor::detail {
 template <class... Ts>
 struct type_list {
   static constexpr size_t size = sizeof...(Ts);
+  using tuple = std::tuple<Ts...>;  // for std::tuple_element
 };
 
 template <class F, class = void>

@@ -29,6 +29,22 @@ const FunctionEntry* FunctionRegistry::find(const std::string& name) const {
   return it == entries_.end() ? nullptr : &it->second;
 }
 
+std::string FunctionRegistry::name_of_address(void (*address)()) const {
+  auto it = by_address_.find(address);
+  return it == by_address_.end() ? std::string() : it->second;
+}
+
+std::string registered_name_of(void (*address)()) { return FunctionRegistry::instance().name_of_address(address); }
+
+std::string registered_name_or_throw(void (*address)()) {
+  auto name = registered_name_of(address);
+  if (name.empty())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, "",
+                                "a function passed as a handle was never registered: add CASTOR_FUNCTION_DEF(f, f) "
+                                "beside its definition (Note [Typed handles], H4)"});
+  return name;
+}
+
 std::vector<std::string> FunctionRegistry::signatures() const {
   std::vector<std::string> out;
   out.reserve(entries_.size());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "actors/api/errors.hpp"
+#include "actors/api/function_handle.hpp"
 #include "actors/api/function_traits.hpp"
 #include "actors/api/future.hpp"
 #include "messages/value.hpp"
@@ -70,6 +72,10 @@ class FunctionRegistry {
 
   const FunctionEntry* find(const std::string& name) const;
 
+  /// H4 of Note [Typed handles]: a function registered by its address.
+  void add_address(void (*address)(), const std::string& name) { by_address_.emplace(address, name); }
+  std::string name_of_address(void (*address)()) const;
+
   /// Sorted signatures of every registered function, for the init check.
   std::vector<std::string> signatures() const;
 
@@ -79,6 +85,7 @@ class FunctionRegistry {
 
  private:
   std::unordered_map<std::string, FunctionEntry> entries_;
+  std::map<void (*)(), std::string> by_address_;
   std::vector<std::string> problems_;
 };
 
@@ -171,11 +178,33 @@ FunctionEntry make_function_entry(std::string name, F f) {
   return e;
 }
 
-/// What CASTOR_FUNCTION expands to: registers at static initialisation.
+/// What CASTOR_FUNCTION expands to: registers `f` under `name` at static
+/// initialisation and returns its handle (Note [Typed handles]).
+template <class F>
+handle_of_t<F> register_function(const char* name, F f) {
+  if constexpr (std::is_pointer<F>::value && std::is_function<std::remove_pointer_t<F>>::value)
+    FunctionRegistry::instance().add_address(reinterpret_cast<void (*)()>(f), name);  // H4
+  FunctionRegistry::instance().add(make_function_entry(name, std::move(f)));
+  return handle_of_t<F>{name};
+}
+
+/// CASTOR_FUNCTION_DEF: H3, or H4 when `Declared` is the function's own type.
+template <class Declared, class F>
+bool define_function(const char* name, F f) {
+  using D = std::remove_cv_t<std::remove_reference_t<Declared>>;
+  if constexpr (!std::is_function<D>::value)
+    static_assert(std::is_same<D, handle_of_t<F>>::value,
+                  "castor: the callable of CASTOR_FUNCTION_DEF has another signature than its CASTOR_FUNCTION_DECL "
+                  "(see Note [Typed handles], H3)");
+  register_function(name, std::move(f));
+  return true;
+}
+
+/// The older registrar (no handle), kept for code that names it.
 struct FunctionRegistrar {
   template <class F>
   FunctionRegistrar(const char* name, F f) {
-    FunctionRegistry::instance().add(make_function_entry(name, std::move(f)));
+    register_function(name, std::move(f));
   }
 };
 
@@ -185,10 +214,21 @@ struct FunctionRegistrar {
 #define CASTOR_DETAIL_CONCAT(a, b) CASTOR_DETAIL_CONCAT_(a, b)
 
 /// Registers `callable` under the name `name` (an identifier), callable from
-/// every worker: `CASTOR_FUNCTION(my_add, [](torch::Tensor a, torch::Tensor b) { return a + b; });`
-/// Use at namespace scope; the callable may contain commas.
-#define CASTOR_FUNCTION(name, ...)                                                              \
-  [[maybe_unused]] static const ::castor::detail::FunctionRegistrar CASTOR_DETAIL_CONCAT( \
-      castor_function_registrar_, name) {                                                        \
-    #name, __VA_ARGS__                                                                           \
-  }
+/// every worker, and defines `name` as its typed handle (Note [Typed handles]):
+///   CASTOR_FUNCTION(my_add, [](torch::Tensor a, torch::Tensor b) { return a + b; });
+///   torch::Tensor c = w.rpc_sync("worker1", my_add, a, b);  // checked at compile time
+/// Use at namespace scope; the callable may contain commas. For a named
+/// function `f`, write CASTOR_FUNCTION_DEF(f, f) and pass `f` itself (H4).
+#define CASTOR_FUNCTION(name, ...) \
+  [[maybe_unused]] static const auto name = ::castor::detail::register_function(#name, __VA_ARGS__)
+
+/// H3: declares the handle of a function registered in another file, in a
+/// header: CASTOR_FUNCTION_DECL(my_add, torch::Tensor(torch::Tensor, torch::Tensor));
+#define CASTOR_FUNCTION_DECL(name, ...) inline constexpr ::castor::FunctionHandle<__VA_ARGS__> name{#name}
+
+/// H3 and H4: registers `callable` under `name`, which is a handle declared
+/// with CASTOR_FUNCTION_DECL (the signatures must agree) or the named
+/// function itself; defines nothing.
+#define CASTOR_FUNCTION_DEF(name, ...)                                                     \
+  [[maybe_unused]] static const bool CASTOR_DETAIL_CONCAT(castor_function_def_, name) = \
+      ::castor::detail::define_function<decltype(name)>(#name, __VA_ARGS__)

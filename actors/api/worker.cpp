@@ -209,6 +209,17 @@ WorkerInfo Worker::get_worker_info(int64_t id) const {
   return WorkerInfo{world.member(WorkerId(id)).name, id};
 }
 
+std::string detail::worker_name(const Worker& w, const WorkerRef& to) {
+  if (!to.rank()) return to.name();
+  auto rank = *to.rank();
+  if (rank < 0 || rank >= w.world_size())
+    throw LookupError(ErrorInfo{ErrorKind::Lookup, "",
+                                "unknown worker: rank " + std::to_string(rank) + " is not in this world of " +
+                                    std::to_string(w.world_size()) + " (ranks 0 to " +
+                                    std::to_string(w.world_size() - 1) + ")"});
+  return w.get_worker_info(rank).name;
+}
+
 std::vector<WorkerInfo> Worker::get_worker_infos() const {
   std::vector<WorkerInfo> out;
   for (const auto& m : rt_->world().members()) out.push_back(WorkerInfo{m.name, m.rank});

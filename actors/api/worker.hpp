@@ -12,11 +12,13 @@
 
 #include "actors/api/current_worker.hpp"
 #include "actors/api/errors.hpp"
+#include "actors/api/function_handle.hpp"
 #include "actors/api/future.hpp"
 #include "actors/api/registry.hpp"
 #include "actors/api/worker_access.hpp"
 #include "actors/api/worker_failure.hpp"
 #include "actors/api/worker_options.hpp"
+#include "actors/api/worker_ref.hpp"
 #include "messages/call.hpp"
 #include "messages/value.hpp"
 #include "messages/value_traits.hpp"
@@ -51,6 +53,36 @@ PackedArgs pack_args(Args&&... args) {
   return out;
 }
 
+/// H2 of Note [Typed handles]: a typed call converts each argument to its
+/// parameter's type before it travels (an int for a double parameter goes
+/// as a double), so what compiled is what the callee accepts.
+template <class Params, size_t I, class A>
+void pack_typed_one(PackedArgs& out, A&& a) {
+  if constexpr (I == Params::size) {
+    out.timeout = a.value;  // the trailing Timeout (check_arguments let nothing else through)
+  } else {
+    using P = std::decay_t<std::tuple_element_t<I, typename Params::tuple>>;
+    if constexpr (std::is_convertible<A, P>::value)
+      out.values.push_back(ValueTraits<P>::to_value(P(std::forward<A>(a))));
+    else
+      out.values.push_back(traits_for<A>::to_value(std::forward<A>(a)));  // a T for an RRef<T>
+  }
+}
+
+template <class Params, class... Args, size_t... I>
+PackedArgs pack_typed(std::index_sequence<I...>, Args&&... args) {
+  PackedArgs out;
+  out.values.reserve(sizeof...(Args));
+  (pack_typed_one<Params, I>(out, std::forward<Args>(args)), ...);
+  return out;
+}
+
+template <class Params, class... Args>
+PackedArgs pack_typed(Args&&... args) {
+  check_arguments<Params, Args...>();
+  return pack_typed<Params>(std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
+}
+
 /// Completes `p` from a call's outcome, converting the result to R.
 template <class R>
 Completion complete_into(Promise<R> p, std::string what) {
@@ -71,6 +103,35 @@ Completion complete_into(Promise<R> p, std::string what) {
     }
   };
 }
+template <class T>
+struct is_string_like
+    : std::integral_constant<bool, std::is_same<std::decay_t<T>, std::string>::value ||
+                                       std::is_same<std::decay_t<T>, const char*>::value ||
+                                       std::is_same<std::decay_t<T>, char*>::value> {};
+
+/// remote<T>(to, args...) constructs T: T is an object type, not a value
+/// castor passes, and the first argument is neither a string nor a handle
+/// (those are the older remote<T>(to, "Name", args...)). Note [Typed handles], H5.
+template <class T, class... Args>
+struct constructs_class : std::false_type {};
+template <class T>
+struct constructs_class<T> : std::integral_constant<bool, !is_wire_type<T>::value> {};
+template <class T, class First, class... Rest>
+struct constructs_class<T, First, Rest...>
+    : std::integral_constant<bool, !is_wire_type<T>::value && !is_string_like<First>::value &&
+                                       !is_callable_handle<First>::value> {};
+
+template <class T, class List>
+struct constructible_from;
+template <class T, class... A>
+struct constructible_from<T, type_list<A...>> : std::is_constructible<T, A...> {};
+
+/// What a typed call's Future holds.
+template <class H>
+using handle_value_t = call_result_t<typename is_callable_handle<H>::result>;
+
+/// The name of the worker `to` names (a rank is looked up; LookupError if unknown).
+std::string worker_name(const Worker& w, const WorkerRef& to);
 }  // namespace detail
 
 class Worker {
@@ -82,28 +143,46 @@ class Worker {
   /// A Worker that was not shut down shuts down gracefully.
   ~Worker();
 
-  /// Runs `fn` on worker `to` and waits for its result.
+  /// Runs `fn` on worker `to` (a name, a rank or a WorkerInfo) and waits
+  /// for its result.
   template <class R, class... Args>
-  R rpc_sync(const std::string& to, const std::string& fn, Args&&... args) const {
+  R rpc_sync(const WorkerRef& to, const std::string& fn, Args&&... args) const {
     return rpc_async<R>(to, fn, std::forward<Args>(args)...).wait();
   }
 
   /// Starts `fn` on worker `to`; the Future completes with its result. A
   /// dropped Future is fire-and-forget: the call still runs.
   template <class R, class... Args>
-  Future<R> rpc_async(const std::string& to, const std::string& fn, Args&&... args) const {
-    auto packed = detail::pack_args(std::forward<Args>(args)...);
-    Promise<R> p(detail::callback_runner(*this));
-    detail::call_raw(*this, to, fn, std::move(packed.values), packed.timeout,
-                     detail::complete_into<R>(p, "function '" + fn + "' on worker " + to));
-    return p.future();
+  Future<R> rpc_async(const WorkerRef& to, const std::string& fn, Args&&... args) const {
+    return call_packed<R>(to, fn, detail::pack_args(std::forward<Args>(args)...));
+  }
+
+  /// Typed (Note [Typed handles]): `fn` is a CASTOR_FUNCTION handle or a
+  /// registered function; the result type is deduced and the arguments are
+  /// checked at compile time.
+  template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>::value, int> = 0>
+  detail::handle_value_t<H> rpc_sync(const WorkerRef& to, const H& fn, Args&&... args) const {
+    return rpc_async(to, fn, std::forward<Args>(args)...).wait();
+  }
+  template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>::value, int> = 0>
+  Future<detail::handle_value_t<H>> rpc_async(const WorkerRef& to, const H& fn, Args&&... args) const {
+    return call_packed<detail::handle_value_t<H>>(
+        to, detail::handle_name(fn),
+        detail::pack_typed<typename detail::is_callable_handle<H>::params>(std::forward<Args>(args)...));
   }
 
   /// Starts `fn` (a function, an ATen operator, or a registered class name to
   /// construct) on `to`, and returns at once an RRef to the result, which
-  /// stays on `to`. Defined in rref/rref.hpp.
+  /// stays on `to`. Defined in rref/rref.hpp, as are the two below.
   template <class T, class... Args>
-  RRef<T> remote(const std::string& to, const std::string& fn, Args&&... args) const;
+  RRef<T> remote(const WorkerRef& to, const std::string& fn, Args&&... args) const;
+  /// Typed: `fn` is a handle (Note [Typed handles]).
+  template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>::value, int> = 0>
+  RRef<detail::handle_value_t<H>> remote(const WorkerRef& to, const H& fn, Args&&... args) const;
+  /// Constructs an object of the registered class T on `to` (H5 of Note
+  /// [Typed handles]); the arguments are checked against T's constructors.
+  template <class T, class... Args, std::enable_if_t<detail::constructs_class<T, Args...>::value, int> = 0>
+  RRef<T> remote(const WorkerRef& to, Args&&... args) const;
 
   /// An RRef to a value owned by this worker. Defined in rref/rref.hpp.
   template <class T>
@@ -133,6 +212,7 @@ class Worker {
   /// dead); throws LookupError if unknown.
   bool is_alive(const std::string& name) const;
   bool is_alive(int64_t id) const;
+  bool is_alive(const WorkerInfo& info) const { return is_alive(info.name); }
 
   /// Supervision (README, "When workers fail"): `handler` runs once for each
   /// worker found dead, also for one already dead when it is registered,
@@ -157,6 +237,15 @@ class Worker {
   bool is_shut_down() const;
 
  private:
+  template <class R>
+  Future<R> call_packed(const WorkerRef& to, const std::string& fn, detail::PackedArgs packed) const {
+    Promise<R> p(detail::callback_runner(*this));
+    auto name = to.rank() ? detail::worker_name(*this, to) : to.name();
+    detail::call_raw(*this, name, fn, std::move(packed.values), packed.timeout,
+                     detail::complete_into<R>(p, "function '" + fn + "' on worker " + name));
+    return p.future();
+  }
+
   friend Worker init_rpc(WorkerOptions opts);
   friend class detail::Runtime;
   // castor's own entry points (actors/api/worker_access.hpp), not user API.

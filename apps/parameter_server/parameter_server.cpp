@@ -209,7 +209,7 @@ CASTOR_FUNCTION(ps_train_epoch, [](RRef<ParameterServer> server, int64_t rank, i
   at::set_num_threads(1);  // several workers share this host's cores
   const auto& data = cached_fashion_mnist("train", data_dir, limit);
   auto order = ps::shard_order(data.size(), rank, trainers, epoch, seed);
-  auto params = ps::trainable_copy(server.rpc_sync<Params>("parameters"));
+  auto params = ps::trainable_copy(server.rpc_sync(&ParameterServer::parameters));
   double loss_sum = 0;
   for (int64_t s = 0; s < steps; ++s) {
     auto idx = order.slice(0, s * batch, (s + 1) * batch);
@@ -220,7 +220,7 @@ CASTOR_FUNCTION(ps_train_epoch, [](RRef<ParameterServer> server, int64_t rank, i
     loss_sum += l;
     Params grads;
     for (auto& p : params) grads.push_back(p.grad());
-    auto fresh = server.rpc_sync<Params>("update", grads, l, rank);
+    auto fresh = server.rpc_sync(&ParameterServer::update, grads, l, rank);
     at::NoGradGuard no_grad;
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(fresh[i]);
   }
@@ -294,9 +294,8 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
   const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
   const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
   int64_t steps = steps_per_epoch(train.size(), trainers, cfg.batch);
-  auto server = w.remote<ParameterServer>(w.name(), "ParameterServer", trainers, cfg.hidden, cfg.lr, cfg.momentum,
-                                          cfg.seed, cfg.sync);
-  server.rpc_sync<Params>("parameters");  // built (or its constructor's error thrown) before the epochs start
+  auto server = w.remote<ParameterServer>(w.rank(), trainers, cfg.hidden, cfg.lr, cfg.momentum, cfg.seed, cfg.sync);
+  server.rpc_sync(&ParameterServer::parameters);  // built (or its constructor's error thrown) before the epochs start
   auto& ps = server.local_value();
   // Note [Trainer failure]: the handler holds the server (an RRef copy), so
   // it stays valid while a handler runs; it is removed when training ends.
@@ -340,8 +339,8 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     auto start = Clock::now();
     std::vector<Future<double>> running;
     for (auto r : active)
-      running.push_back(w.rpc_async<double>(w.get_worker_info(r).name, "ps_train_epoch", server, r, trainers, epoch, steps,
-                                            cfg.batch, cfg.seed, cfg.data_dir, cfg.limit, epoch_timeout));
+      running.push_back(w.rpc_async(r, ps_train_epoch, server, r, trainers, epoch, steps, cfg.batch, cfg.seed,
+                                    cfg.data_dir, cfg.limit, epoch_timeout));
     // Each trainer's end as it comes: a failure is seen at once, not after
     // the trainers before it (who may wait in a round for the failed one).
     std::vector<bool> settled(running.size(), false);

@@ -32,7 +32,7 @@ CASTOR_FUNCTION(tour_hop, [](std::vector<std::string> route, at::Tensor t) -> at
   if (route.empty()) return t + 1;
   auto next = route.front();
   route.erase(route.begin());
-  return current_worker().rpc_sync<at::Tensor>(next, "tour_hop", route, t + 1);
+  return current_worker().rpc_sync<at::Tensor>(next, "tour_hop", route, t + 1);  // its own handle is not defined yet
 });
 
 CASTOR_FUNCTION(tour_fail, [](std::string why) -> int64_t { throw std::runtime_error(why); });
@@ -47,22 +47,21 @@ int run_tour(castor::Worker& w, const castor::apps::AppArgs&) {
   };
   auto a = at::ones({2, 2});
   say("1. rpc_sync: worker1 adds two tensors");
-  auto c = w.rpc_sync<at::Tensor>("worker1", "tour_add", a, a);
+  auto c = w.rpc_sync("worker1", tour_add, a, a);  // a typed handle: the result type is deduced
   say("   -> " + show(c));
 
   say("2. rpc_async: two calls in flight at once, a registered function and a builtin");
-  auto f1 = w.rpc_async<at::Tensor>("worker1", "tour_add", a, c);
-  auto f2 = w.rpc_async<at::Tensor>("worker2", "aten::matmul", c, c);
+  auto f1 = w.rpc_async(1, tour_add, a, c);  // a worker by its rank
+  auto f2 = w.rpc_async<at::Tensor>("worker2", "aten::matmul", c, c);  // operators go by name
   say("   -> worker1: " + show(f1.wait()) + ", worker2 aten::matmul: " + show(f2.wait()));
 
   say("3. nested: worker1 calls worker2, which calls back to worker0");
-  auto hops = w.rpc_sync<at::Tensor>("worker1", "tour_hop", std::vector<std::string>{"worker2", "worker0"},
-                                     at::zeros({3}));
+  auto hops = w.rpc_sync("worker1", tour_hop, std::vector<std::string>{"worker2", "worker0"}, at::zeros({3}));
   say("   -> " + show(hops) + " (one per hop)");
 
   say("4. a remote error comes back as castor::RemoteError");
   try {
-    w.rpc_sync<int64_t>("worker2", "tour_fail", "the model diverged");
+    w.rpc_sync(2, tour_fail, "the model diverged");
   } catch (const castor::RemoteError& e) {
     say(std::string("   -> caught: ") + e.what());
   }

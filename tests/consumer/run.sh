@@ -77,3 +77,23 @@ out=$(timeout -k 5 60 "$castor" launch "$work/both.json" --local 2>&1); rc=$?
 expect "a worker with an app and a program" 2 "$out" $rc \
   "workers[0].program: give \"app\" (an app compiled into castor) or \"program\" (your own), not both"
 set -e
+
+# examples/remote_linear, the README's "Write your own app": built as its
+# README says (its own project, find_package(castor)) and run through the
+# installed castor on 2 processes; the loss must fall.
+cmake -S "$src/examples/remote_linear" -B "$work/example" -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/example" -j2 >/dev/null
+set +e
+out=$(run -n 2 "$work/example/remote_linear" --steps 150); rc=$?
+expect "examples/remote_linear on 2 processes" 0 "$out" $rc "[worker0] the layer lives on worker1" \
+  "[worker0] step 1: loss " "[worker0] step 150: loss "
+set -e
+first=$(sed -n 's/.*step 1: loss \([0-9.]*\).*/\1/p' <<<"$out")
+last=$(sed -n 's/.*step 150: loss \([0-9.]*\).*/\1/p' <<<"$out")
+if ! python3 -c "import sys; sys.exit(0 if float('$last') < 0.1 * float('$first') else 1)"; then
+  printf '%s\n' "$out"
+  echo "FAIL: examples/remote_linear: the loss went from $first to $last, not below a tenth"
+  exit 1
+fi
+echo "examples/remote_linear: loss $first -> $last: ok"

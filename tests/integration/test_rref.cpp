@@ -350,3 +350,82 @@ TEST_CASE("graceful shutdown deletes user RRefs still held: no owner is left any
     CHECK(contains(error_of<ShutdownError>([&] { kept->to_here(); }), "released by this worker's shutdown"));
   }
 }
+
+// -- Note [Typed handles]: the typed forms between real workers --------------
+
+namespace typed {
+struct Tally {
+  explicit Tally(int64_t start) : n(start) {}
+  int64_t add(int64_t k) { return n += k; }
+  std::string label(std::string prefix) const { return prefix + std::to_string(n); }
+  int64_t unregistered() { return -1; }
+  int64_t n;
+};
+struct NeverRegistered {
+  explicit NeverRegistered(int64_t) {}
+};
+int64_t doubled(int64_t x) { return 2 * x; }
+int64_t never_registered(int64_t x) { return x; }
+CASTOR_FUNCTION_DEF(doubled, doubled);  // H4: the function is its own handle
+}  // namespace typed
+
+CASTOR_CLASS(typed::Tally)
+    .constructor<int64_t>()
+    .method("add", &typed::Tally::add)
+    .method("label", &typed::Tally::label);
+CASTOR_FUNCTION(typed_add, [](at::Tensor a, at::Tensor b) { return a + b; });
+CASTOR_FUNCTION(typed_where, [] { return castor::current_worker().name(); });
+CASTOR_FUNCTION(typed_later, [](int64_t x) { return castor::make_ready_future(x + 1); });
+CASTOR_FUNCTION(typed_half, [](double x) { return x / 2; });
+CASTOR_FUNCTION_DECL(typed_declared, int64_t(int64_t, std::string));  // H3: as a header would
+CASTOR_FUNCTION_DEF(typed_declared, [](int64_t a, std::string b) { return a + int64_t(b.size()); });
+
+TEST_CASE("typed handles: results deduced, a worker named by name, rank or WorkerInfo") {
+  LocalWorld world(3);
+  auto& w = world[0];
+  auto a = at::ones({2});
+  at::Tensor c = w.rpc_sync("worker1", typed_add, a, a);
+  CHECK(at::equal(c, at::full({2}, 2.0)));
+  CHECK(w.rpc_sync(2, typed_where) == "worker2");
+  CHECK(w.rpc_sync(w.get_worker_info("worker1"), typed_where) == "worker1");
+  CHECK(w.rpc_async(1, typed_later, 41).wait() == 42);  // Future<int64_t> on the callee: int64_t here
+  CHECK(w.rpc_sync("worker2", typed::doubled, 21) == 42);
+  CHECK(w.rpc_sync(1, typed_half, 3) == 1.5);  // H2: the int travels as the double the function takes
+  CHECK(w.rpc_sync(1, typed_declared, 40, "ab", Timeout{milliseconds(30000)}) == 42);
+  CHECK(w.rpc_sync<std::string>(1, "typed_where") == "worker1");         // the string form takes a rank too
+  CHECK(w.rpc_sync<std::string>("worker2", typed_where) == "worker2");   // H1: a handle is its name
+  auto r = w.remote(2, typed_add, a, a);
+  CHECK(r.owner_name() == "worker2");
+  CHECK(at::equal(r.to_here(), at::full({2}, 2.0)));
+  CHECK(w.is_alive(w.get_worker_info(2)));
+
+  CHECK(contains(error_of<LookupError>([&] { w.rpc_sync(7, typed_where); }),
+                 "unknown worker: rank 7 is not in this world of 3 (ranks 0 to 2)"));
+  CHECK(contains(error_of<LookupError>([&] { w.rpc_sync(-1, typed_where); }), "rank -1 is not in this world of 3"));
+  CHECK(contains(error_of<LookupError>([&] { w.rpc_sync("worker1", typed::never_registered, 1); }),
+                 "a function passed as a handle was never registered: add CASTOR_FUNCTION_DEF(f, f)"));
+  CHECK(contains(error_of<LookupError>([&] { w.rpc_sync(WorkerInfo{"worker9", 9}, typed_where); }), "worker9"));
+}
+
+TEST_CASE("typed objects: constructed through the class, methods called through member pointers") {
+  LocalWorld world(2);
+  auto& w = world[0];
+  auto t = w.remote<typed::Tally>("worker1", int64_t(10));
+  CHECK(t.owner_name() == "worker1");
+  CHECK(t.rpc_sync(&typed::Tally::add, 5) == 15);
+  CHECK(t.rpc_async(&typed::Tally::label, "n=").wait() == "n=15");
+  auto sixteen = t.remote(&typed::Tally::add, 1);
+  CHECK(sixteen.to_here() == 16);
+  auto by_rank = w.remote<typed::Tally>(1, 3);  // an int converts as the constructor's int64_t would
+  CHECK(by_rank.rpc_sync(&typed::Tally::add, 1) == 4);
+  auto older = w.remote<typed::Tally>(1, "typed::Tally", int64_t(7));  // H5: a string first is the older form
+  CHECK(older.rpc_sync<int64_t>("add", 1) == 8);
+
+  CHECK(contains(error_of<LookupError>([&] { t.rpc_sync(&typed::Tally::unregistered); }),
+                 "a method of class 'typed::Tally' was called through a member pointer that was never registered: "
+                 "add .method(\"name\", &typed::Tally::member) to CASTOR_CLASS(typed::Tally)"));
+  CHECK(contains(error_of<LookupError>([&] { w.remote<typed::NeverRegistered>(1, int64_t(1)); }),
+                 "remote<T>(worker, args...): class typed::NeverRegistered was never registered with CASTOR_CLASS"));
+  // Nothing was left behind by the refused calls.
+  CHECK(t.rpc_sync(&typed::Tally::add, 0) == 16);
+}

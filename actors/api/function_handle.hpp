@@ -1,0 +1,198 @@
+// Typed handles to registered functions: what CASTOR_FUNCTION(t_add, ...)
+// defines as `t_add`, so that `w.rpc_sync("worker1", t_add, a, b)` knows the
+// result type and checks the arguments at compile time. Also the checks the
+// typed calls of Worker and RRef share.
+//
+// Note [Typed handles]
+// ~~~~~~~~~~~~~~~~~~~~
+//  H1. A handle is the function's name and, in its type, its signature:
+//      FunctionHandle<R(A...)>. Calls still travel by name, so a handle and
+//      the string form reach the same registration; a handle converts to
+//      its name wherever a string is taken.
+//  H2. A typed call checks at compile time that it gives as many arguments
+//      as the function takes (a trailing castor::Timeout aside) and that
+//      each converts to its parameter (a T where an RRef<T> is taken too,
+//      as the string form allows), and converts each to its parameter's
+//      type before it travels (an int given for a double goes as a
+//      double); the result is R, or V for a function returning Future<V>. The static_assert says which rule failed; the
+//      compiler's note "required from ..." shows both type lists.
+//  H3. For a function defined in another file, a header declares the handle
+//      with CASTOR_FUNCTION_DECL(name, R(A...)), and that file registers the
+//      function with CASTOR_FUNCTION_DEF(name, callable): a callable whose
+//      signature differs from the declaration does not compile.
+//  H4. A named function is its own handle: CASTOR_FUNCTION(f, f) would
+//      define a second `f`, so write CASTOR_FUNCTION_DEF(f, f), and pass f
+//      itself (`w.rpc_sync("worker1", f, ...)`): its address finds its
+//      registered name at run time (a function never registered fails the
+//      call with a LookupError naming the cause).
+//  H5. w.remote<T>(to, args...) constructs an object of the registered
+//      class T; T must be constructible from the arguments (checked at
+//      compile time; the arguments travel as given, since the registered
+//      constructor is chosen at run time by arity). When the first argument is a string or a handle, the
+//      call is the older remote<T>(to, "Name", args...): to pass a string
+//      as a constructor's first argument, name the class too,
+//      remote<T>(to, "T", "text", ...).
+//  H6. A method is called through its member pointer,
+//      rref.rpc_sync(&Counter::add, 5): the arguments are checked as in H2
+//      and the pointer finds the name it was registered under with
+//      CASTOR_CLASS(Counter).method("add", &Counter::add); one never
+//      registered fails at run time with a LookupError naming the class.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include "actors/api/function_traits.hpp"
+#include "actors/api/future.hpp"
+#include "actors/api/worker_options.hpp"
+
+namespace castor {
+
+template <class T>
+class RRef;
+
+template <class Signature>
+struct FunctionHandle;
+
+/// H1: a registered function's name, with its signature in the type.
+template <class R, class... A>
+struct FunctionHandle<R(A...)> {
+  const char* name;
+  operator std::string() const { return name; }
+};
+
+namespace detail {
+
+// -- the signature behind a handle or a function -------------------------------
+
+template <class R, class List>
+struct handle_from;
+template <class R, class... A>
+struct handle_from<R, type_list<A...>> {
+  using type = FunctionHandle<R(A...)>;
+};
+
+/// The handle type of a callable (what CASTOR_FUNCTION defines).
+template <class F>
+using handle_of_t = typename handle_from<typename function_traits<std::decay_t<F>>::result,
+                                         typename function_traits<std::decay_t<F>>::args>::type;
+
+template <class H>
+struct callable_handle : std::false_type {};
+template <class R, class... A>
+struct callable_handle<FunctionHandle<R(A...)>> : std::true_type {
+  using result = R;
+  using params = type_list<A...>;
+};
+template <class R, class... A>
+struct callable_handle<R(A...)> : callable_handle<FunctionHandle<R(A...)>> {};  // H4
+template <class R, class... A>
+struct callable_handle<R (*)(A...)> : callable_handle<FunctionHandle<R(A...)>> {};
+template <class R, class... A>
+struct callable_handle<R(A...) noexcept> : callable_handle<FunctionHandle<R(A...)>> {};
+template <class R, class... A>
+struct callable_handle<R (*)(A...) noexcept> : callable_handle<FunctionHandle<R(A...)>> {};
+
+template <class H>
+using is_callable_handle = callable_handle<std::remove_cv_t<std::remove_reference_t<H>>>;
+
+/// What the caller gets from a function returning R: R, or V for Future<V>.
+template <class R>
+struct call_result {
+  using type = std::decay_t<R>;
+};
+template <class V>
+struct call_result<Future<V>> {
+  using type = V;
+};
+template <>
+struct call_result<void> {
+  using type = void;
+};
+template <class R>
+using call_result_t = typename call_result<std::decay_t<R>>::type;
+
+// -- H2: the argument checks -----------------------------------------------------
+
+template <class T, class List>
+struct prepend;
+template <class T, class... Ts>
+struct prepend<T, type_list<Ts...>> {
+  using type = type_list<T, Ts...>;
+};
+
+/// The arguments without a trailing castor::Timeout.
+template <class... A>
+struct without_timeout {
+  using type = type_list<>;
+};
+template <class A0, class... As>
+struct without_timeout<A0, As...> {
+  using type = std::conditional_t<sizeof...(As) == 0 && std::is_same<std::decay_t<A0>, Timeout>::value, type_list<>,
+                                  typename prepend<A0, typename without_timeout<As...>::type>::type>;
+};
+
+template <class P>
+struct rref_target {
+  using type = void;
+};
+template <class T>
+struct rref_target<RRef<T>> {
+  using type = T;
+};
+
+template <class P, class A>
+constexpr bool argument_fits() {
+  using Param = std::decay_t<P>;
+  if constexpr (std::is_convertible<A, Param>::value) return true;
+  using Target = typename rref_target<Param>::type;  // a T is sent where an RRef<T> is taken
+  if constexpr (!std::is_void<Target>::value) return std::is_convertible<A, Target>::value;
+  return false;
+}
+
+template <class Params, class Args>
+struct arguments_fit;
+template <class... P, class... A>
+struct arguments_fit<type_list<P...>, type_list<A...>> {
+  static constexpr bool count = sizeof...(P) == sizeof...(A);
+  static constexpr bool types() {
+    if constexpr (sizeof...(P) == sizeof...(A))
+      return (argument_fits<P, A>() && ...);
+    else
+      return true;  // the count's assertion speaks
+  }
+};
+
+/// H2, for functions and methods alike.
+template <class Params, class... Args>
+constexpr void check_arguments() {
+  using fit = arguments_fit<Params, typename without_timeout<Args...>::type>;
+  static_assert(fit::count,
+                "castor: this call gives a different number of arguments than the function or method takes "
+                "(see Note [Typed handles], H2; the 'required from' note shows both type lists)");
+  static_assert(fit::types(),
+                "castor: an argument of this call does not convert to the type of its parameter "
+                "(see Note [Typed handles], H2; the 'required from' note shows both type lists)");
+}
+
+/// H4: the registered name of a function, by its address ("" if none).
+std::string registered_name_of(void (*address)());
+
+/// A handle's name; a function's registered name (H4), or a LookupError.
+template <class R, class... A>
+std::string handle_name(const FunctionHandle<R(A...)>& h) {
+  return h.name;
+}
+std::string registered_name_or_throw(void (*address)());
+template <class F, std::enable_if_t<std::is_function<F>::value, int> = 0>
+std::string handle_name(F& f) {
+  return registered_name_or_throw(reinterpret_cast<void (*)()>(&f));
+}
+template <class F, std::enable_if_t<std::is_function<F>::value, int> = 0>
+std::string handle_name(F* f) {
+  return registered_name_or_throw(reinterpret_cast<void (*)()>(f));
+}
+
+}  // namespace detail
+}  // namespace castor

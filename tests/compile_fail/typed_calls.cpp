@@ -1,0 +1,52 @@
+// Calls the typed API gets wrong on purpose: each CASTOR_CASE must fail to
+// compile with the diagnostic its `expect:` line names (tests/compile_fail/
+// run.sh checks both). Note [Typed handles] in actors/api/function_handle.hpp.
+#include <string>
+
+#include <ATen/ATen.h>
+
+#include "actors/api/worker.hpp"
+#include "rref/class_registry.hpp"
+#include "rref/rref.hpp"
+
+namespace user {
+struct Counter {
+  explicit Counter(int64_t start) : n(start) {}
+  int64_t add(int64_t k) { return n += k; }
+  int64_t n;
+};
+struct Other {
+  int64_t add(int64_t k) { return k; }
+};
+}  // namespace user
+
+CASTOR_CLASS(user::Counter).constructor<int64_t>().method("add", &user::Counter::add);
+CASTOR_FUNCTION(t_add, [](at::Tensor a, at::Tensor b) { return a + b; });
+CASTOR_FUNCTION_DECL(t_scale, at::Tensor(at::Tensor, double));
+
+#if CASTOR_CASE == 1
+// expect: castor: this call gives a different number of arguments than the function or method takes
+at::Tensor one_argument_short(castor::Worker& w, at::Tensor a) { return w.rpc_sync("worker1", t_add, a); }
+#elif CASTOR_CASE == 2
+// expect: castor: an argument of this call does not convert to the type of its parameter
+at::Tensor a_string_for_a_tensor(castor::Worker& w, at::Tensor a) {
+  return w.rpc_sync("worker1", t_add, a, std::string("x"));
+}
+#elif CASTOR_CASE == 3
+// expect: could not convert
+castor::Future<int64_t> the_wrong_result(castor::Worker& w, at::Tensor a) { return w.rpc_async(1, t_add, a, a); }
+#elif CASTOR_CASE == 4
+// expect: castor: the callable of CASTOR_FUNCTION_DEF has another signature than its CASTOR_FUNCTION_DECL
+CASTOR_FUNCTION_DEF(t_scale, [](at::Tensor x, int64_t k) { return x * k; });
+#elif CASTOR_CASE == 5
+// expect: castor: this member pointer is a method of another class than the RRef's
+int64_t another_class(castor::RRef<user::Counter> c) { return c.rpc_sync(&user::Other::add, 1); }
+#elif CASTOR_CASE == 6
+// expect: castor: an argument of this call does not convert to the type of its parameter
+int64_t a_method_argument(castor::RRef<user::Counter> c) { return c.rpc_sync(&user::Counter::add, "five"); }
+#elif CASTOR_CASE == 7
+// expect: castor: remote<T>(worker, args...) constructs T, but T has no constructor taking these arguments
+castor::RRef<user::Counter> no_such_constructor(castor::Worker& w) { return w.remote<user::Counter>(1, 1.5, 2.5); }
+#endif
+
+int main() { return 0; }
