@@ -12,6 +12,7 @@
 #include "actors/api/worker_options.hpp"
 #include "config/init_from_env.hpp"
 #include "rref/class_registry.hpp"
+#include "rref/mesh.hpp"
 #include "rref/rref.hpp"
 #include "engine/context.hpp"
 #include "optimizer/checkpoint.hpp"

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <optional>
@@ -20,6 +21,7 @@
 #include "actors/api/worker_options.hpp"
 #include "actors/api/worker_ref.hpp"
 #include "messages/call.hpp"
+#include "messages/struct_traits.hpp"
 #include "messages/value.hpp"
 #include "messages/value_traits.hpp"
 
@@ -27,6 +29,8 @@ namespace castor {
 
 template <class T>
 class RRef;
+template <class T>
+class Mesh;
 
 namespace detail {
 class Runtime;
@@ -183,6 +187,16 @@ class Worker {
   /// [Typed handles]); the arguments are checked against T's constructors.
   template <class T, class... Args, std::enable_if_t<detail::constructs_class<T, Args...>::value, int> = 0>
   RRef<T> remote(const WorkerRef& to, Args&&... args) const;
+
+  /// One object of the registered class T on each of `workers` (names,
+  /// ranks or WorkerInfos), constructed from `args`, called as one (Note
+  /// [Mesh]). Defined in rref/mesh.hpp.
+  template <class T, class Workers, class... Args>
+  Mesh<T> spawn_mesh(const Workers& workers, const Args&... args) const;
+  template <class T, class... Args>
+  Mesh<T> spawn_mesh(std::initializer_list<WorkerRef> workers, const Args&... args) const {
+    return spawn_mesh<T, std::vector<WorkerRef>, Args...>(std::vector<WorkerRef>(workers), args...);
+  }
 
   /// An RRef to a value owned by this worker. Defined in rref/rref.hpp.
   template <class T>

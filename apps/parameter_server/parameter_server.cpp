@@ -200,16 +200,32 @@ CASTOR_CLASS(ParameterServer)
     .method("update", &ParameterServer::update)
     .checkpointed();
 
+namespace castor::apps::ps {
+/// What the driver asks of one trainer for one epoch (Note [User structs]).
+struct EpochTask {
+  RRef<ParameterServer> server;
+  int64_t rank = 0;      // the trainer's
+  int64_t trainers = 0;  // how many there are (the shards)
+  int64_t epoch = 0;
+  int64_t steps = 0;
+  int64_t batch = 0;
+  int64_t seed = 0;
+  std::string data_dir;
+  int64_t limit = -1;
+};
+CASTOR_STRUCT(EpochTask, server, rank, trainers, epoch, steps, batch, seed, data_dir, limit);
+}  // namespace castor::apps::ps
+
 // One trainer's epoch: `steps` steps on its shard, each pushing gradients and
 // continuing from the parameters the server returns. Returns its mean loss.
-CASTOR_FUNCTION(ps_train_epoch, [](RRef<ParameterServer> server, int64_t rank, int64_t trainers, int64_t epoch,
-                                   int64_t steps, int64_t batch, int64_t seed, std::string data_dir,
-                                   int64_t limit) -> double {
+CASTOR_FUNCTION(ps_train_epoch, [](castor::apps::ps::EpochTask task) -> double {
   using namespace castor::apps;
   at::set_num_threads(1);  // several workers share this host's cores
-  const auto& data = cached_fashion_mnist("train", data_dir, limit);
-  auto order = ps::shard_order(data.size(), rank, trainers, epoch, seed);
+  const auto& data = cached_fashion_mnist("train", task.data_dir, task.limit);
+  auto order = ps::shard_order(data.size(), task.rank, task.trainers, task.epoch, task.seed);
+  auto& server = task.server;
   auto params = ps::trainable_copy(server.rpc_sync(&ParameterServer::parameters));
+  auto steps = task.steps, batch = task.batch, rank = task.rank;
   double loss_sum = 0;
   for (int64_t s = 0; s < steps; ++s) {
     auto idx = order.slice(0, s * batch, (s + 1) * batch);
@@ -339,8 +355,9 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     auto start = Clock::now();
     std::vector<Future<double>> running;
     for (auto r : active)
-      running.push_back(w.rpc_async(r, ps_train_epoch, server, r, trainers, epoch, steps, cfg.batch, cfg.seed,
-                                    cfg.data_dir, cfg.limit, epoch_timeout));
+      running.push_back(w.rpc_async(
+          r, ps_train_epoch, EpochTask{server, r, trainers, epoch, steps, cfg.batch, cfg.seed, cfg.data_dir, cfg.limit},
+          epoch_timeout));
     // Each trainer's end as it comes: a failure is seen at once, not after
     // the trainers before it (who may wait in a round for the failed one).
     std::vector<bool> settled(running.size(), false);

@@ -4,7 +4,11 @@
 
 #include <algorithm>
 #include <future>
+#include <map>
+#include <optional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -428,4 +432,89 @@ TEST_CASE("typed objects: constructed through the class, methods called through 
                  "remote<T>(worker, args...): class typed::NeverRegistered was never registered with CASTOR_CLASS"));
   // Nothing was left behind by the refused calls.
   CHECK(t.rpc_sync(&typed::Tally::add, 0) == 16);
+}
+
+// -- Note [User structs]: CASTOR_STRUCT between real workers -----------------
+
+namespace typed {
+struct Stats {
+  int64_t count = 0;
+  std::map<std::string, double> by_name;
+};
+CASTOR_STRUCT(Stats, count, by_name);
+struct Batch {
+  at::Tensor x;
+  int64_t step = 0;
+  std::vector<double> lrs;
+  std::optional<std::string> tag;
+  std::vector<Stats> stats;
+  std::optional<RRef<at::Tensor>> extra;
+};
+CASTOR_STRUCT(Batch, x, step, lrs, tag, stats, extra);
+namespace v2 {  // the same name, another definition: what a peer built from older sources would send
+struct Batch {
+  at::Tensor x;
+  int64_t step = 0;
+};
+CASTOR_STRUCT(Batch, x, step);
+}  // namespace v2
+}  // namespace typed
+
+CASTOR_FUNCTION(typed_next_batch, [](typed::Batch b) {
+  b.x = b.x * 2;
+  b.step += 1;
+  b.lrs.push_back(0.5);
+  b.tag = b.tag.value_or("none") + "@" + castor::current_worker().name();
+  for (auto& s : b.stats) s.by_name["seen"] = double(++s.count);
+  if (b.extra) b.x = b.x + b.extra->to_here();
+  return b;
+});
+CASTOR_FUNCTION(typed_batch_step, [](typed::Batch b) { return b.step; });
+
+TEST_CASE("user structs travel: nested structs, vectors, maps, optionals, tensors and RRefs inside") {
+  LocalWorld world(2);
+  auto& w = world[0];
+  typed::Batch b;
+  b.x = at::ones({3});
+  b.step = 41;
+  b.lrs = {0.1};
+  b.stats = {typed::Stats{1, {{"a", 1.5}}}, typed::Stats{}};
+  b.extra = w.make_rref(at::full({3}, 10.0));
+  typed::Batch out = w.rpc_sync("worker1", typed_next_batch, b);
+  CHECK(at::equal(out.x, at::full({3}, 12.0)));
+  CHECK(out.step == 42);
+  CHECK((out.lrs == std::vector<double>{0.1, 0.5}));
+  CHECK(out.tag == std::optional<std::string>("none@worker1"));
+  REQUIRE(out.stats.size() == 2);
+  CHECK(out.stats[0].count == 2);
+  CHECK((out.stats[0].by_name == std::map<std::string, double>{{"a", 1.5}, {"seen", 2.0}}));
+  CHECK(out.stats[1].by_name.at("seen") == 1.0);
+  REQUIRE(out.extra.has_value());
+  CHECK(at::equal(out.extra->to_here(), at::full({3}, 10.0)));
+  // In an RRef, and fetched back.
+  auto held = w.remote("worker1", typed_next_batch, out);
+  CHECK(held.to_here().step == 43);
+  CHECK(castor::ValueTraits<typed::Batch>::fingerprint() ==
+        "Batch{x:Tensor, step:int64, lrs:list<double>, tag:optional<string>, stats:list<Stats>, "
+        "extra:optional<RRef<Tensor>>}");
+}
+
+TEST_CASE("a struct from a peer with another definition is refused with both schemas, not read into wrong fields") {
+  LocalWorld world(2);
+  typed::v2::Batch old{at::ones({1}), 5};
+  // The string form lets a v2::Batch reach a function that takes the current Batch.
+  auto err = error_of<TypeError>([&] { world[0].rpc_sync<int64_t>("worker1", "typed_batch_step", old); });
+  CHECK(contains(err, "function 'typed_batch_step' argument 1"));
+  CHECK(contains(err, "expected Batch{x:Tensor, step:int64, lrs:list<double>"));
+  CHECK(contains(err, "got struct Batch{x:Tensor, step:int64}"));
+  // A field that does not convert names its path.
+  auto v = castor::ValueTraits<typed::Stats>::to_value(typed::Stats{1, {}});
+  v.to_list()[1] = Value(std::string("one"));
+  try {
+    castor::ValueTraits<typed::Stats>::from_value(std::move(v));
+    FAIL("a string was read as an int64");
+  } catch (const castor::TypeMismatch& m) {
+    CHECK(m.path == ".count");
+    CHECK(m.expected == "int64");
+  }
 }

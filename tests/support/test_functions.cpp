@@ -13,6 +13,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "actors/api/worker.hpp"
+#include "support/mesh_classes.hpp"
 #include "support/test_functions.hpp"
 
 namespace castor::test {
@@ -202,6 +203,9 @@ CASTOR_FUNCTION(gated_value, [](std::string name, at::Tensor t) {
     throw std::runtime_error("gate '" + name + "' was not opened within 30 s");
   return t;
 });
+
+CASTOR_CLASS(Scaler).constructor<double>().method("apply", &Scaler::apply).method("factor", &Scaler::factor);
+CASTOR_CLASS(Picky).constructor<>().method("check", &Picky::check);
 
 CASTOR_CLASS(Counter)
     .constructor<int64_t>()
