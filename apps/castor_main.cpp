@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "apps/common/app.hpp"
+#include "apps/common/flags.hpp"
 #include "apps/common/local_launch.hpp"
 #include "apps/common/restarts.hpp"
 #include "apps/common/training_log.hpp"
@@ -50,7 +51,7 @@ const char* kUsage =
 int list_apps() {
   for (const auto& [name, app] : app_registry()) {
     std::printf("%-14s %s (default %d workers)\n", name.c_str(), app.summary.c_str(), app.default_workers);
-    if (!app.flags_help.empty()) std::printf("%s", app.flags_help.c_str());
+    std::printf("%s\n", flags_help(declared_flags(app)).c_str());
   }
   return 0;
 }
@@ -74,18 +75,26 @@ struct RunRequest {
   std::vector<std::string> args;
 };
 
-// Reads -n/--workers N and --max-restarts N at args[i]; false if args[i]
-// is neither. Throws std::invalid_argument for a bad value.
-bool parse_run_flag(const std::vector<std::string>& args, size_t& i, RunRequest& req) {
-  if (args[i] == "-n" || args[i] == "--workers") {
-    if (i + 1 >= args.size()) throw std::invalid_argument(args[i] + " needs a number of workers");
-    const auto& n = args[++i];
-    if (n.empty() || n.size() > 5 || n.find_first_not_of("0123456789") != std::string::npos || std::stoi(n) < 1)
-      throw std::invalid_argument(args[i - 1] + " must be a number of workers, at least 1, got '" + n + "'");
-    req.workers = std::stoi(n);
-    return true;
+// castor run's own flags (Note [Flags]).
+po::options_description run_flags() {
+  po::options_description flags("castor run's flags", 100, 50);
+  flags.add_options()
+      ("workers,n", po::value<int>()->value_name("N"), "worker processes (default: the app's; 3 for a program)")
+      ("help,h", "this text");
+  declare_max_restarts(flags);
+  return flags;
+}
+
+// Applies castor run's flags in `args` to `req`; true if --help was given.
+// Throws std::invalid_argument for a bad value.
+bool apply_run_flags(const std::vector<std::string>& args, RunRequest& req) {
+  auto flags = parse_flags(run_flags(), args);
+  if (auto n = flags.find<int>("workers")) {
+    if (*n < 1) throw std::invalid_argument("-n (--workers) must be at least 1, got " + std::to_string(*n));
+    req.workers = *n;
   }
-  return parse_max_restarts(args, i, req.max_restarts);
+  if (flags.given("max-restarts")) req.max_restarts = max_restarts_from(flags);
+  return flags.given("help");
 }
 
 // The program `castor run` starts for `target` when it is not an app: a
@@ -146,16 +155,14 @@ int run_app(const App& app, RunRequest req) {
   std::vector<std::string> app_args;
   try {
     // castor's own flags may also follow the app's name (the older form).
-    for (size_t i = 0; i < req.args.size(); ++i) {
-      if (parse_run_flag(req.args, i, req)) continue;
-      if (req.args[i] == "--help") {
-        std::printf("castor run %s [-n N | --workers N] [--max-restarts N]: %s\n%s", app.name.c_str(),
-                    app.summary.c_str(), app.flags_help.c_str());
-        return 0;
-      }
-      app_args.push_back(req.args[i]);
+    auto [ours, theirs] = split_flags(run_flags(), req.args);
+    if (apply_run_flags(ours, req)) {
+      std::printf("castor run %s [-n N | --workers N] [--max-restarts N]: %s\n%s", app.name.c_str(),
+                  app.summary.c_str(), flags_help(declared_flags(app)).c_str());
+      return 0;
     }
-    parse_app_args(app_args, app.known_flags);  // refuse bad flags before starting anything
+    app_args = std::move(theirs);
+    parse_app_flags(app, app_args);  // F2: refuse bad flags before starting anything
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor run %s: %s\n", app.name.c_str(), e.what());
     return 2;
@@ -175,12 +182,10 @@ int run_command(const std::vector<std::string>& args) {
   RunRequest req;
   size_t i = 0;
   try {
-    for (; i < args.size() && args[i].rfind("-", 0) == 0; ++i) {
-      if (args[i] == "--help" || args[i] == "-h") {
-        std::fputs(kUsage, stdout);
-        return 0;
-      }
-      if (!parse_run_flag(args, i, req)) throw std::invalid_argument("unknown flag " + args[i]);
+    i = leading_flags(run_flags(), args);  // the flags before the app or program
+    if (apply_run_flags({args.begin(), args.begin() + long(i)}, req)) {
+      std::printf("%s\n%s", kUsage, flags_help(run_flags()).c_str());
+      return 0;
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor run: %s\n", e.what());
@@ -228,10 +233,18 @@ int main(int argc, char** argv) {
   auto cmd = args[0];
   std::vector<std::string> rest(args.begin() + 1, args.end());
   if (cmd == "demo") {
-    // Note [Curve files]: each demo its own files.
-    std::vector<std::string> demo_args{"--compare", "--out", "castor-out/demo-" + new_job_id(), "--min-accuracy",
-                                       "0.85"};
-    demo_args.insert(demo_args.end(), rest.begin(), rest.end());  // later flags win
+    // The demo's own defaults, where the user gave none (F2: a flag is
+    // taken once). Note [Curve files]: each demo its own files.
+    auto given = [&](const std::string& flag) {
+      for (const auto& a : rest)
+        if (a == flag || a.rfind(flag + "=", 0) == 0) return true;
+      return false;
+    };
+    std::vector<std::string> demo_args;
+    if (!given("--compare")) demo_args.push_back("--compare");
+    if (!given("--out")) demo_args.insert(demo_args.end(), {"--out", "castor-out/demo-" + new_job_id()});
+    if (!given("--min-accuracy")) demo_args.insert(demo_args.end(), {"--min-accuracy", "0.85"});
+    demo_args.insert(demo_args.end(), rest.begin(), rest.end());
     RunRequest req;
     req.target = "parameter-server";
     req.args = std::move(demo_args);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "actors/api/errors.hpp"
+#include "apps/common/flags.hpp"
 #include "actors/observe/inspector.hpp"
 #include "actors/transport/cluster_secret.hpp"
 #include "config/cluster_file.hpp"
@@ -22,14 +23,26 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kUsage =
-    "usage: castor inspect <host:port | worker name> [--config cluster.json] [--secret-file F] [--json]\n"
-    "                      [--watch] [--interval S] [--count N] [--timeout-ms MS]\n"
+    "usage: castor inspect <host:port | worker name> [flags]\n"
     "  Shows a running worker: the workers it knows and whether they are alive, the RRefs it\n"
     "  owns, forks awaiting confirmation, autograd contexts, calls in flight, messages by type,\n"
     "  call latencies and its executor. --config takes TLS files, the cluster secret (and worker\n"
-    "  names) from a cluster file; otherwise the secret comes from --secret-file or CASTOR_SECRET.\n"
-    "  --watch redraws every --interval seconds (default 1) until interrupted or --count\n"
-    "  snapshots were shown.\n";
+    "  names) from a cluster file; otherwise the secret comes from --secret-file or CASTOR_SECRET.\n";
+
+// Note [Flags], F1.
+po::options_description inspect_flags() {
+  po::options_description flags("flags", 100, 50);
+  flags.add_options()
+      ("config", po::value<std::string>()->value_name("FILE"), "the cluster file: TLS files, secret, worker names")
+      ("secret-file", po::value<std::string>()->value_name("FILE"), "the cluster secret, from a file")
+      ("json", po::bool_switch(), "print the snapshot as JSON")
+      ("watch", po::bool_switch(), "redraw every --interval seconds until interrupted or --count snapshots")
+      ("interval", po::value<double>()->default_value(1.0, "1")->value_name("S"), "seconds between snapshots with --watch")
+      ("count", po::value<long>()->default_value(0)->value_name("N"), "stop after N snapshots (0: never)")
+      ("timeout-ms", po::value<long>()->default_value(5000)->value_name("MS"), "limit of the connection and each snapshot")
+      ("help,h", "this text");
+  return flags;
+}
 
 constexpr size_t kMaxRows = 20;
 
@@ -209,38 +222,26 @@ int inspect_command(const std::vector<std::string>& args) {
   long count = 0;  // 0: until interrupted
   long timeout_ms = 5000;
   Target target;
+  auto flags = inspect_flags();
+  auto usage = kUsage + flags_help(flags);
   try {
-    for (size_t i = 0; i < args.size(); ++i) {
-      const auto& a = args[i];
-      auto value = [&]() -> const std::string& {
-        if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-        return args[++i];
-      };
-      if (a == "--help" || a == "-h") {
-        std::printf("%s", kUsage);
-        return 0;
-      } else if (a == "--json") {
-        as_json = true;
-      } else if (a == "--watch") {
-        watch = true;
-      } else if (a == "--interval") {
-        interval_s = std::stod(value());
-      } else if (a == "--count") {
-        count = std::stol(value());
-      } else if (a == "--timeout-ms") {
-        timeout_ms = std::stol(value());
-      } else if (a == "--config") {
-        config_path = value();
-      } else if (a == "--secret-file") {
-        secret_file = value();
-      } else if (!a.empty() && a[0] == '-') {
-        throw std::invalid_argument("unknown flag " + a);
-      } else if (what.empty()) {
-        what = a;
-      } else {
-        throw std::invalid_argument("one worker at a time (got '" + what + "' and '" + a + "')");
-      }
+    po::options_description all;
+    all.add(flags).add_options()("worker", po::value<std::string>(), "");
+    po::positional_options_description worker_arg;
+    worker_arg.add("worker", 1);
+    auto given = parse_flags(all, args, worker_arg);
+    if (given.given("help")) {
+      std::printf("%s", usage.c_str());
+      return 0;
     }
+    what = given.find<std::string>("worker").value_or("");
+    config_path = given.find<std::string>("config").value_or("");
+    secret_file = given.find<std::string>("secret-file").value_or("");
+    as_json = given.get<bool>("json");
+    watch = given.get<bool>("watch");
+    interval_s = given.get<double>("interval");
+    count = given.get<long>("count");
+    timeout_ms = given.get<long>("timeout-ms");
     if (what.empty()) throw std::invalid_argument("which worker? give host:port");
     if (interval_s <= 0 || timeout_ms <= 0 || count < 0) throw std::invalid_argument("--interval, --timeout-ms and --count must be positive");
     target = resolve(what, config_path);
@@ -254,7 +255,7 @@ int inspect_command(const std::vector<std::string>& args) {
     else if (auto mine = detail::user_secret(false); target.secret.empty() && mine)
       target.secret = *mine, guessed_secret = true;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "castor inspect: %s\n%s", e.what(), kUsage);
+    std::fprintf(stderr, "castor inspect: %s\n%s", e.what(), usage.c_str());
     return 2;
   }
   try {

@@ -22,15 +22,11 @@ namespace {
 
 const char* kLaunchUsage =
     "usage: castor launch <cluster.json> [--local] [--max-restarts N]\n"
-    "  starts every worker of the cluster file that lives on this host, each its own process\n"
-    "  --local   start all of the file's workers here, on 127.0.0.1 (the file's ports)\n"
-    "  --max-restarts N  a worker's death restarts the whole job, up to N times per worker;\n"
-    "            every worker of the file must start here (README, \"When workers fail\")\n";
+    "  starts every worker of the cluster file that lives on this host, each its own process\n";
 
 const char* kWorkerUsage =
     "usage: castor worker --config <cluster.json> --name <worker> [--local]\n"
-    "  runs one worker of the cluster file (and its app or program, if the file names one)\n"
-    "  --local   every worker of the file runs on this host: use 127.0.0.1 for all\n";
+    "  runs one worker of the cluster file (and its app or program, if the file names one)\n";
 
 // Loads the file, prints its warnings, and checks that every app it names exists.
 config::ClusterFile load_checked(const std::string& path) {
@@ -43,7 +39,7 @@ config::ClusterFile load_checked(const std::string& path) {
     if (it == app_registry().end())
       throw config::ConfigError(path + ": worker '" + w.name + "': unknown app '" + w.app + "' (see `castor apps`)");
     try {
-      parse_app_args(w.args, it->second.known_flags);
+      parse_app_flags(it->second, w.args);
     } catch (const std::exception& e) {
       throw config::ConfigError(path + ": worker '" + w.name + "': args: " + e.what());
     }
@@ -83,7 +79,7 @@ int run_app_rank(const std::string& app_name, const std::vector<std::string>& ar
     app = &it->second;
   }
   try {
-    auto parsed = parse_app_args(args, app ? app->known_flags : std::vector<std::string>{});
+    auto parsed = app ? parse_app_flags(*app, args) : Flags();
     auto w = init_rpc(std::move(opts));
     int rc = app ? app->run(w, parsed) : 0;  // without an app: serve the others until they are done
     w.shutdown();
@@ -95,32 +91,34 @@ int run_app_rank(const std::string& app_name, const std::vector<std::string>& ar
 }
 
 int launch_command(const std::vector<std::string>& args) {
+  po::options_description flags("flags", 100, 50);
+  flags.add_options()
+      ("local", po::bool_switch(), "start all of the file's workers here, on 127.0.0.1 (the file's ports)")
+      ("help,h", "this text");
+  declare_max_restarts(flags);
+  po::options_description all;
+  all.add(flags).add_options()("cluster-file", po::value<std::string>(), "");
+  po::positional_options_description file_arg;
+  file_arg.add("cluster-file", 1);
+  auto usage = kLaunchUsage + flags_help(flags);
   std::string path;
   bool local = false;
   int max_restarts = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const auto& a = args[i];
-    if (a == "--help" || a == "-h") {
-      std::fputs(kLaunchUsage, stdout);
+  try {
+    auto given = parse_flags(all, args, file_arg);
+    if (given.given("help")) {
+      std::fputs(usage.c_str(), stdout);
       return 0;
     }
-    try {
-      if (parse_max_restarts(args, i, max_restarts)) continue;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "castor launch: %s\n", e.what());
-      return 2;
-    }
-    if (a == "--local")
-      local = true;
-    else if (path.empty() && a.rfind("--", 0) != 0)
-      path = a;
-    else {
-      std::fprintf(stderr, "castor launch: unexpected argument '%s'\n%s", a.c_str(), kLaunchUsage);
-      return 2;
-    }
+    path = given.find<std::string>("cluster-file").value_or("");
+    local = given.get<bool>("local");
+    max_restarts = max_restarts_from(given);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor launch: %s\n%s", e.what(), usage.c_str());
+    return 2;
   }
   if (path.empty()) {
-    std::fputs(kLaunchUsage, stderr);
+    std::fprintf(stderr, "castor launch: which cluster file?\n%s", usage.c_str());
     return 2;
   }
   try {
@@ -180,26 +178,30 @@ int launch_command(const std::vector<std::string>& args) {
 }
 
 int worker_command(const std::vector<std::string>& args) {
+  po::options_description flags("flags", 100, 50);
+  flags.add_options()
+      ("config", po::value<std::string>()->value_name("FILE"), "the cluster file")
+      ("name", po::value<std::string>()->value_name("WORKER"), "the worker of the file to run")
+      ("local", po::bool_switch(), "every worker of the file runs on this host: use 127.0.0.1 for all")
+      ("help,h", "this text");
+  auto usage = kWorkerUsage + flags_help(flags);
   std::string path, name;
   bool local = false;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--help" || args[i] == "-h") {
-      std::fputs(kWorkerUsage, stdout);
+  try {
+    auto given = parse_flags(flags, args);
+    if (given.given("help")) {
+      std::fputs(usage.c_str(), stdout);
       return 0;
     }
-    if (args[i] == "--config" && i + 1 < args.size())
-      path = args[++i];
-    else if (args[i] == "--name" && i + 1 < args.size())
-      name = args[++i];
-    else if (args[i] == "--local")
-      local = true;
-    else {
-      std::fprintf(stderr, "castor worker: unexpected argument '%s'\n%s", args[i].c_str(), kWorkerUsage);
-      return 2;
-    }
+    path = given.find<std::string>("config").value_or("");
+    name = given.find<std::string>("name").value_or("");
+    local = given.get<bool>("local");
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "castor worker: %s\n%s", e.what(), usage.c_str());
+    return 2;
   }
   if (path.empty() || name.empty()) {
-    std::fputs(kWorkerUsage, stderr);
+    std::fprintf(stderr, "castor worker: give --config and --name\n%s", usage.c_str());
     return 2;
   }
   WorkerOptions opts;

@@ -99,16 +99,15 @@ class ModuleHost {
 template <class M>
 class RemoteModule {
  public:
-  /// Builds M(args...) on worker `on`.
+  /// Builds M(args...) on worker `on` (a name, a rank or a WorkerInfo).
   template <class... Args>
-  RemoteModule(Worker& w, const std::string& on, Args&&... args)
-      : rref_(w.remote<ModuleHost<M>>(on, castor::detail::type_name_of<ModuleHost<M>>(), std::forward<Args>(args)...)) {}
+  RemoteModule(Worker& w, WorkerRef on, Args&&... args)
+      : rref_(w.remote<ModuleHost<M>>(std::move(on), castor::detail::type_name_of<ModuleHost<M>>(),
+                                      std::forward<Args>(args)...)) {}
 
-  at::Tensor forward(const at::Tensor& x) const { return rref_.template rpc_sync<at::Tensor>("forward", x); }
-  Future<at::Tensor> forward_async(const at::Tensor& x) const { return rref_.template rpc_async<at::Tensor>("forward", x); }
-  std::vector<RRef<at::Tensor>> parameter_rrefs() const {
-    return rref_.template rpc_sync<std::vector<RRef<at::Tensor>>>("parameter_rrefs");
-  }
+  at::Tensor forward(const at::Tensor& x) const { return rref_.rpc_sync(&ModuleHost<M>::forward, x); }
+  Future<at::Tensor> forward_async(const at::Tensor& x) const { return rref_.rpc_async(&ModuleHost<M>::forward, x); }
+  std::vector<RRef<at::Tensor>> parameter_rrefs() const { return rref_.rpc_sync(&ModuleHost<M>::parameter_rrefs); }
   const RRef<ModuleHost<M>>& module_rref() const { return rref_; }
   /// The module's owner died (RRef::on_owner_failure).
   FailureHandlerId on_owner_failure(WorkerFailureHandler handler) const {

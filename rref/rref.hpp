@@ -169,7 +169,7 @@ struct is_rref_param<RRef<T>> : std::true_type {};
 template <class T, class... Args>
 RRef<T> Worker::remote(const WorkerRef& to, const std::string& fn, Args&&... args) const {
   auto packed = detail::pack_args(std::forward<Args>(args)...);
-  return RRef<T>(detail::start_remote(*this, to.rank() ? detail::worker_name(*this, to) : to.name(), fn,
+  return RRef<T>(detail::start_remote(*this, detail::worker_name(*this, to), fn,
                                       std::move(packed.values), packed.timeout, detail::type_name_of<T>()));
 }
 
@@ -177,7 +177,7 @@ template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>
 RRef<detail::handle_value_t<H>> Worker::remote(const WorkerRef& to, const H& fn, Args&&... args) const {
   using V = detail::handle_value_t<H>;
   auto packed = detail::pack_typed<typename detail::is_callable_handle<H>::params>(std::forward<Args>(args)...);
-  return RRef<V>(detail::start_remote(*this, to.rank() ? detail::worker_name(*this, to) : to.name(),
+  return RRef<V>(detail::start_remote(*this, detail::worker_name(*this, to),
                                       detail::handle_name(fn), std::move(packed.values), packed.timeout,
                                       detail::type_name_of<V>()));
 }

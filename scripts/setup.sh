@@ -9,6 +9,7 @@ packages=(
   libopenblas0-pthread            # libtorch's BLAS: without it libblas.so.3 is the reference BLAS, and
                                   # matrix products (sgemm_) take 2/3 of a training run's CPU
   libboost-dev                    # misc utilities
+  libboost-program-options-dev    # the command line and the apps' flags (Note [Flags])
   nlohmann-json3-dev              # cluster files, inspection output
   doctest-dev                     # tests
   clang libclang-rt-14-dev        # the fuzz test (libFuzzer, ASan, UBSan; tests/fuzz)
@@ -17,6 +18,8 @@ packages=(
   dataset-fashion-mnist           # the training apps' data
   python3-torch                   # the PyTorch anchor in bench/ (never a runtime dependency)
   iproute2                        # tests/netns: three hosts as network namespaces (ip netns, veth, bridge)
+  slurm-wlm munge                 # tests/slurm: a one-node Slurm cluster (slurmctld, slurmd, srun; munged
+                                  # for its auth) that tests/slurm/slurm_test.sh starts itself in a temp dir
 )
 
 missing=()

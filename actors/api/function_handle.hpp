@@ -11,8 +11,9 @@
 //      its name wherever a string is taken.
 //  H2. A typed call checks at compile time that it gives as many arguments
 //      as the function takes (a trailing castor::Timeout aside) and that
-//      each converts to its parameter (a T where an RRef<T> is taken too,
-//      as the string form allows), and converts each to its parameter's
+//      each converts to its parameter (as the string form allows, a T
+//      where an RRef<T> is taken, and an RRef<T> where a T is taken: the
+//      callee resolves it to its value), and converts each to its parameter's
 //      type before it travels (an int given for a double goes as a
 //      double); the result is R, or V for a function returning Future<V>. The static_assert says which rule failed; the
 //      compiler's note "required from ..." shows both type lists.
@@ -99,19 +100,7 @@ using is_callable_handle = callable_handle<std::remove_cv_t<std::remove_referenc
 
 /// What the caller gets from a function returning R: R, or V for Future<V>.
 template <class R>
-struct call_result {
-  using type = std::decay_t<R>;
-};
-template <class V>
-struct call_result<Future<V>> {
-  using type = V;
-};
-template <>
-struct call_result<void> {
-  using type = void;
-};
-template <class R>
-using call_result_t = typename call_result<std::decay_t<R>>::type;
+using call_result_t = typename unwrap_future<std::decay_t<R>>::type;
 
 // -- H2: the argument checks -----------------------------------------------------
 
@@ -148,6 +137,8 @@ constexpr bool argument_fits() {
   if constexpr (std::is_convertible<A, Param>::value) return true;
   using Target = typename rref_target<Param>::type;  // a T is sent where an RRef<T> is taken
   if constexpr (!std::is_void<Target>::value) return std::is_convertible<A, Target>::value;
+  using Given = typename rref_target<std::decay_t<A>>::type;  // an RRef<T> where a T is taken: resolved there
+  if constexpr (!std::is_void<Given>::value) return std::is_convertible<Given, Param>::value;
   return false;
 }
 
@@ -175,9 +166,6 @@ constexpr void check_arguments() {
                 "castor: an argument of this call does not convert to the type of its parameter "
                 "(see Note [Typed handles], H2; the 'required from' note shows both type lists)");
 }
-
-/// H4: the registered name of a function, by its address ("" if none).
-std::string registered_name_of(void (*address)());
 
 /// A handle's name; a function's registered name (H4), or a LookupError.
 template <class R, class... A>

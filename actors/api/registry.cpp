@@ -34,10 +34,9 @@ std::string FunctionRegistry::name_of_address(void (*address)()) const {
   return it == by_address_.end() ? std::string() : it->second;
 }
 
-std::string registered_name_of(void (*address)()) { return FunctionRegistry::instance().name_of_address(address); }
-
+// H4 of Note [Typed handles]: a named function's registration, by address.
 std::string registered_name_or_throw(void (*address)()) {
-  auto name = registered_name_of(address);
+  auto name = FunctionRegistry::instance().name_of_address(address);
   if (name.empty())
     throw LookupError(ErrorInfo{ErrorKind::Lookup, "",
                                 "a function passed as a handle was never registered: add CASTOR_FUNCTION_DEF(f, f) "

@@ -254,7 +254,7 @@ class Worker {
   template <class R>
   Future<R> call_packed(const WorkerRef& to, const std::string& fn, detail::PackedArgs packed) const {
     Promise<R> p(detail::callback_runner(*this));
-    auto name = to.rank() ? detail::worker_name(*this, to) : to.name();
+    auto name = detail::worker_name(*this, to);
     detail::call_raw(*this, name, fn, std::move(packed.values), packed.timeout,
                      detail::complete_into<R>(p, "function '" + fn + "' on worker " + name));
     return p.future();

@@ -8,32 +8,26 @@
 #include <vector>
 
 #include "actors/api/worker.hpp"
+#include "apps/common/flags.hpp"
 
 namespace castor::apps {
-
-/// Flags after the app name, as --key value or --flag.
-struct AppArgs {
-  std::map<std::string, std::string> values;
-  std::string get(const std::string& key, const std::string& fallback) const;
-  int64_t get_int(const std::string& key, int64_t fallback) const;
-  double get_double(const std::string& key, double fallback) const;
-  bool has(const std::string& key) const { return values.count(key) > 0; }
-};
-
-/// Parses `--key value` / `--flag` pairs; throws std::invalid_argument naming
-/// an unknown key when `known` is not empty.
-AppArgs parse_app_args(const std::vector<std::string>& args, const std::vector<std::string>& known);
 
 struct App {
   std::string name;
   std::string summary;
-  std::string flags_help;  // one line per flag
   int default_workers = 3;
-  std::vector<std::string> known_flags;
-  std::function<int(Worker&, const AppArgs&)> run;  // every worker runs this
+  /// Declares every flag the app takes (Note [Flags], F1).
+  std::function<void(po::options_description&)> flags;
+  std::function<int(Worker&, const Flags&)> run;  // every worker runs this
 };
 
-/// Every app, by name (registered by apps/*/register.cpp through add_app).
+/// The app's flags, declared (with --help's text).
+po::options_description declared_flags(const App& app);
+
+/// Parses the app's flags (Note [Flags], F2); throws std::invalid_argument.
+Flags parse_app_flags(const App& app, const std::vector<std::string>& args);
+
+/// Every app, by name (each registers itself with an AppRegistrar).
 std::map<std::string, App>& app_registry();
 
 struct AppRegistrar {

@@ -23,6 +23,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <map>
 #include <stdexcept>
 
@@ -30,16 +31,16 @@
 
 namespace castor::apps {
 
-bool parse_max_restarts(const std::vector<std::string>& args, size_t& i, int& max_restarts) {
-  if (args[i] != "--max-restarts") return false;
-  if (i + 1 >= args.size()) throw std::invalid_argument("--max-restarts needs a number");
-  const auto& n = args[++i];
-  char* end = nullptr;
-  long v = std::strtol(n.c_str(), &end, 10);
-  if (n.empty() || *end != 0 || v < 0 || v > 1000)
-    throw std::invalid_argument("--max-restarts takes a number from 0 to 1000, not '" + n + "'");
-  max_restarts = int(v);
-  return true;
+void declare_max_restarts(po::options_description& flags) {
+  flags.add_options()
+      ("max-restarts", po::value<int>()->default_value(0)->value_name("N"),
+       "a worker's death restarts the whole job, up to N times per worker (README, \"When workers fail\")");
+}
+
+int max_restarts_from(const Flags& flags) {
+  int n = flags.get<int>("max-restarts");
+  if (n < 0 || n > 1000) throw std::invalid_argument("--max-restarts takes a number from 0 to 1000, not " + std::to_string(n));
+  return n;
 }
 
 LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int restart)>& make_specs, int max_restarts,

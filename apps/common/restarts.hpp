@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "apps/common/flags.hpp"
 #include "apps/common/local_launch.hpp"
 
 namespace castor::apps {
@@ -17,8 +18,10 @@ namespace castor::apps {
 LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int restart)>& make_specs, int max_restarts,
                       const std::string& command);
 
-/// Reads --max-restarts N at args[i] (moving i past it); false if args[i]
-/// is another flag. Throws std::invalid_argument for a bad N.
-bool parse_max_restarts(const std::vector<std::string>& args, size_t& i, int& max_restarts);
+/// Declares --max-restarts N (Note [Flags]).
+void declare_max_restarts(po::options_description& flags);
+
+/// --max-restarts, checked (0 when not given). Throws std::invalid_argument.
+int max_restarts_from(const Flags& flags);
 
 }  // namespace castor::apps

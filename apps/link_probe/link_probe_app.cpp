@@ -87,14 +87,14 @@ Outcome probe_round(castor::Worker& w, PeerStats& peer, int64_t round, castor::T
   const char* op = "rpc";
   try {
     auto x = at::full({8}, double(round));
-    auto sum = w.rpc_sync<at::Tensor>(peer.name, "probe_plus", x, peer.rank, timeout);
+    auto sum = w.rpc_sync(peer.name, probe_plus, x, peer.rank, timeout);
     if (!at::equal(sum, x + peer.rank)) {
       say("peer=" + peer.name + " round=" + std::to_string(round) + " op=rpc wrong value");
       return Outcome::wrong;
     }
 
     op = "rref";
-    auto rref = w.remote<at::Tensor>(peer.name, "probe_plus", x, int64_t(1), timeout);
+    auto rref = w.remote(peer.name, probe_plus, x, 1, timeout);
     auto held = rref.to_here(timeout);
     if (!at::equal(held, x + 1)) {
       say("peer=" + peer.name + " round=" + std::to_string(round) + " op=rref wrong value");
@@ -105,7 +105,7 @@ Outcome probe_round(castor::Worker& w, PeerStats& peer, int64_t round, castor::T
     {
       castor::autograd::Context ctx(w);
       auto leaf = at::full({4}, double(round)).set_requires_grad(true);
-      auto y = w.rpc_sync<at::Tensor>(peer.name, "probe_scale", leaf, 3.0, timeout);
+      auto y = w.rpc_sync(peer.name, probe_scale, leaf, 3.0, timeout);
       ctx.backward({y.sum()}, false, timeout);
       auto grads = ctx.gradients();
       auto it = grads.find(leaf);
@@ -133,11 +133,22 @@ void count(PeerStats& p, Outcome o) {
   if (o == Outcome::wrong) ++p.wrong;
 }
 
-int run_probe(castor::Worker& w, const castor::apps::AppArgs& args) {
+// Note [Flags], F1.
+void declare_flags(castor::apps::po::options_description& flags) {
+  namespace po = castor::apps::po;
+  flags.add_options()
+      ("duration-ms", po::value<int64_t>()->default_value(10000)->value_name("N"),
+       "probe for N ms after the first round")
+      ("interval-ms", po::value<int64_t>()->default_value(100)->value_name("N"), "pause between one peer's rounds")
+      ("call-timeout-ms", po::value<int64_t>()->default_value(30000)->value_name("N"),
+       "limit of each call and backward pass");
+}
+
+int run_probe(castor::Worker& w, const castor::apps::Flags& args) {
   if (w.rank() != 0) return 0;  // the others serve until rank 0 is done
-  auto duration = std::chrono::milliseconds(args.get_int("duration-ms", 10000));
-  auto interval = std::chrono::milliseconds(args.get_int("interval-ms", 100));
-  castor::Timeout timeout{std::chrono::milliseconds(args.get_int("call-timeout-ms", 30000))};
+  auto duration = std::chrono::milliseconds(args.get<int64_t>("duration-ms"));
+  auto interval = std::chrono::milliseconds(args.get<int64_t>("interval-ms"));
+  castor::Timeout timeout{std::chrono::milliseconds(args.get<int64_t>("call-timeout-ms"))};
   if (duration.count() < 0 || interval.count() < 0 || timeout.value.count() <= 0)
     throw std::invalid_argument("link-probe: --duration-ms and --interval-ms must be >= 0, --call-timeout-ms > 0");
 
@@ -178,12 +189,7 @@ int run_probe(castor::Worker& w, const castor::apps::AppArgs& args) {
 
 castor::apps::AppRegistrar registrar{castor::apps::App{
     "link-probe",
-    "rank 0 probes every other worker (RPC, RRef, distributed autograd) for a fixed time, one line per round",
-    "  --duration-ms N      probe for N ms after the first round (default 10000)\n"
-    "  --interval-ms N      pause between one peer's rounds (default 100)\n"
-    "  --call-timeout-ms N  limit of each call and backward pass (default 30000)\n",
-    3,
-    {"duration-ms", "interval-ms", "call-timeout-ms"},
-    run_probe}};
+    "rank 0 probes every other worker (RPC, RRef, distributed autograd) for a fixed time, one line per round", 3,
+    declare_flags, run_probe}};
 
 }  // namespace

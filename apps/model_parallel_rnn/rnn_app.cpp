@@ -69,27 +69,45 @@ std::pair<at::Tensor, at::Tensor> make_batch(int64_t batch, int64_t length, int6
   return {seq.slice(1, 0, length).contiguous(), seq.slice(1, 1, length + 1).contiguous()};
 }
 
-optim::Spec spec_from(const AppArgs& args) {
-  auto name = args.get("optimizer", "adam");
-  double lr = args.get_double("lr", name == "sgd" ? 0.5 : 0.01);
+// Note [Flags], F1.
+void declare_flags(po::options_description& flags) {
+  flags.add_options()
+      ("steps", po::value<int64_t>()->default_value(150)->value_name("N"), "training steps")
+      ("batch-size", po::value<int64_t>()->default_value(32)->value_name("N"), "sequences per step")
+      ("seq-len", po::value<int64_t>()->default_value(12)->value_name("N"), "tokens per sequence")
+      ("vocab", po::value<int64_t>()->default_value(16)->value_name("N"), "vocabulary size")
+      ("embed", po::value<int64_t>()->default_value(16)->value_name("N"), "embedding size")
+      ("hidden", po::value<int64_t>()->default_value(32)->value_name("N"), "LSTM hidden size")
+      ("optimizer", po::value<std::string>()->default_value("adam")->value_name("adam|sgd"), "the optimizer")
+      ("lr", po::value<double>()->value_name("X"), "learning rate (default 0.01 for adam, 0.5 for sgd)")
+      ("seed", po::value<int64_t>()->default_value(1)->value_name("N"), "data seed")
+      ("log-every", po::value<int64_t>()->default_value(10)->value_name("N"),
+       "print the loss every N steps (0: only at the end)")
+      ("out", po::value<std::string>()->value_name("PREFIX"),
+       "write PREFIX.csv and PREFIX.svg (default castor-out/rnn-<job>)")
+      ("no-progress", po::bool_switch(), "no progress bar");
+}
+
+optim::Spec spec_from(const Flags& flags) {
+  auto name = flags.get<std::string>("optimizer");
+  double lr = flags.find<double>("lr").value_or(name == "sgd" ? 0.5 : 0.01);
   if (name == "adam") return optim::Adam{lr};
   if (name == "sgd") return optim::SGD{lr};
   throw std::invalid_argument("--optimizer must be adam or sgd, got '" + name + "'");
 }
 
-int run(Worker& w, const AppArgs& args) {
+int run(Worker& w, const Flags& args) {
   auto spec = spec_from(args);
-  int64_t steps = args.get_int("steps", 150), batch = args.get_int("batch-size", 32);
-  int64_t length = args.get_int("seq-len", 12), vocab = args.get_int("vocab", 16);
-  int64_t embed = args.get_int("embed", 16), hidden = args.get_int("hidden", 32);
+  int64_t steps = args.get<int64_t>("steps"), batch = args.get<int64_t>("batch-size");
+  int64_t length = args.get<int64_t>("seq-len"), vocab = args.get<int64_t>("vocab");
+  int64_t embed = args.get<int64_t>("embed"), hidden = args.get<int64_t>("hidden");
   if (steps < 1 || batch < 1 || length < 1 || vocab < 2 || embed < 1 || hidden < 1)
     throw std::invalid_argument("--steps, --batch-size, --seq-len, --embed, --hidden must be positive, --vocab >= 2");
   if (w.rank() != 0) return 0;  // the parts' owners serve until the trainer is done
   if (w.world_size() < 2) throw std::invalid_argument("rnn: needs at least 2 workers");
-  auto ps = w.get_worker_info(int64_t(1)).name;
-  auto lstm_owner = w.get_worker_info(int64_t(w.world_size() >= 3 ? 2 : 1)).name;
-  std::printf("model-parallel RNN: embedding + decoder on %s, LSTM on %s, trainer %s\n", ps.c_str(),
-              lstm_owner.c_str(), w.name().c_str());
+  int64_t ps = 1, lstm_owner = w.world_size() >= 3 ? 2 : 1;  // ranks
+  std::printf("model-parallel RNN: embedding + decoder on %s, LSTM on %s, trainer %s\n",
+              w.get_worker_info(ps).name.c_str(), w.get_worker_info(lstm_owner).name.c_str(), w.name().c_str());
   std::fflush(stdout);
 
   nn::RemoteModule<EmbeddingTable> embedding(w, ps, vocab, embed);
@@ -101,10 +119,10 @@ int run(Worker& w, const AppArgs& args) {
   for (auto& p : decoder.parameter_rrefs()) params.push_back(p);
   optim::DistributedOptimizer optimizer(w, spec, params);
 
-  auto gen = at::detail::createCPUGenerator(uint64_t(args.get_int("seed", 1)));
+  auto gen = at::detail::createCPUGenerator(uint64_t(args.get<int64_t>("seed")));
   TrainingLog log("castor model-parallel RNN (loss per step)", "step");
-  ProgressBar bar("training", steps, !args.has("no-progress"));
-  int64_t every = args.get_int("log-every", 10);
+  ProgressBar bar("training", steps, !args.get<bool>("no-progress"));
+  int64_t every = args.get<int64_t>("log-every");
   for (int64_t step = 1; step <= steps; ++step) {
     auto [x, y] = make_batch(batch, length, vocab, gen);
     double loss_value;
@@ -128,31 +146,15 @@ int run(Worker& w, const AppArgs& args) {
   const auto& pts = log.points();
   std::printf("loss: first step %.4f, last step %.4f (ln %lld = %.4f)\n", pts.front().loss, pts.back().loss,
               (long long)vocab, std::log(double(vocab)));
-  auto paths = log.write(curve_prefix(args.get("out", ""), "rnn"));
+  auto paths = log.write(curve_prefix(args.find<std::string>("out").value_or(""), "rnn"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);
   return 0;
 }
 
-AppRegistrar registrar{App{
-    "rnn",
-    "the RFC's model-parallel RNN: embedding + decoder on worker1, LSTM on worker2, trainer on worker0",
-    "  --steps N         training steps (default 150)\n"
-    "  --batch-size N    sequences per step (default 32)\n"
-    "  --seq-len N       tokens per sequence (default 12)\n"
-    "  --vocab N         vocabulary size (default 16)\n"
-    "  --embed N         embedding size (default 16)\n"
-    "  --hidden N        LSTM hidden size (default 32)\n"
-    "  --optimizer NAME  adam or sgd (default adam)\n"
-    "  --lr X            learning rate (default 0.01 for adam, 0.5 for sgd)\n"
-    "  --seed N          data seed (default 1)\n"
-    "  --log-every N     print the loss every N steps (default 10; 0: only at the end)\n"
-    "  --out PREFIX      write PREFIX.csv and PREFIX.svg (default castor-out/rnn-<job>)\n"
-    "  --no-progress     no progress bar\n",
-    3,
-    {"steps", "batch-size", "seq-len", "vocab", "embed", "hidden", "optimizer", "lr", "seed", "log-every", "out",
-     "no-progress"},
-    run}};
+AppRegistrar registrar{
+    App{"rnn", "the RFC's model-parallel RNN: embedding + decoder on worker1, LSTM on worker2, trainer on worker0", 3,
+        declare_flags, run}};
 
 }  // namespace
 }  // namespace castor::apps::rnn

@@ -19,6 +19,7 @@
 #include "apps/common/progress.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
+#include "rref/mesh.hpp"
 #include "rref/rref.hpp"
 
 namespace castor::apps::ps {
@@ -201,47 +202,56 @@ CASTOR_CLASS(ParameterServer)
     .checkpointed();
 
 namespace castor::apps::ps {
-/// What the driver asks of one trainer for one epoch (Note [User structs]).
-struct EpochTask {
+/// What every trainer is given once, as it is built (Note [User structs]).
+struct TrainerSetup {
   RRef<ParameterServer> server;
-  int64_t rank = 0;      // the trainer's
   int64_t trainers = 0;  // how many there are (the shards)
-  int64_t epoch = 0;
-  int64_t steps = 0;
   int64_t batch = 0;
   int64_t seed = 0;
   std::string data_dir;
   int64_t limit = -1;
 };
-CASTOR_STRUCT(EpochTask, server, rank, trainers, epoch, steps, batch, seed, data_dir, limit);
+CASTOR_STRUCT(TrainerSetup, server, trainers, batch, seed, data_dir, limit);
+
+/// A trainer: one member of the driver's mesh (Note [Mesh]), on its worker.
+class Trainer {
+ public:
+  explicit Trainer(TrainerSetup setup) : setup_(std::move(setup)), rank_(current_worker().rank()) {}
+
+  /// One epoch: `steps` steps on its shard, each pushing gradients and
+  /// continuing from the parameters the server returns. Returns its mean loss.
+  double train_epoch(int64_t epoch, int64_t steps) {
+    at::set_num_threads(1);  // several workers share this host's cores
+    const auto& data = cached_fashion_mnist("train", setup_.data_dir, setup_.limit);
+    auto order = shard_order(data.size(), rank_, setup_.trainers, epoch, setup_.seed);
+    auto& server = setup_.server;
+    auto params = trainable_copy(server.rpc_sync(&ParameterServer::parameters));
+    double loss_sum = 0;
+    for (int64_t s = 0; s < steps; ++s) {
+      auto idx = order.slice(0, s * setup_.batch, (s + 1) * setup_.batch);
+      for (auto& p : params) p.mutable_grad() = at::Tensor();
+      auto loss = mlp_loss(params, data.images.index_select(0, idx), data.labels.index_select(0, idx));
+      loss.backward();
+      double l = loss.item<double>();
+      loss_sum += l;
+      Params grads;
+      for (auto& p : params) grads.push_back(p.grad());
+      auto fresh = server.rpc_sync(&ParameterServer::update, grads, l, rank_);
+      at::NoGradGuard no_grad;
+      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(fresh[i]);
+    }
+    return loss_sum / double(steps);
+  }
+
+ private:
+  TrainerSetup setup_;
+  int64_t rank_;  // the shard's
+};
 }  // namespace castor::apps::ps
 
-// One trainer's epoch: `steps` steps on its shard, each pushing gradients and
-// continuing from the parameters the server returns. Returns its mean loss.
-CASTOR_FUNCTION(ps_train_epoch, [](castor::apps::ps::EpochTask task) -> double {
-  using namespace castor::apps;
-  at::set_num_threads(1);  // several workers share this host's cores
-  const auto& data = cached_fashion_mnist("train", task.data_dir, task.limit);
-  auto order = ps::shard_order(data.size(), task.rank, task.trainers, task.epoch, task.seed);
-  auto& server = task.server;
-  auto params = ps::trainable_copy(server.rpc_sync(&ParameterServer::parameters));
-  auto steps = task.steps, batch = task.batch, rank = task.rank;
-  double loss_sum = 0;
-  for (int64_t s = 0; s < steps; ++s) {
-    auto idx = order.slice(0, s * batch, (s + 1) * batch);
-    for (auto& p : params) p.mutable_grad() = at::Tensor();
-    auto loss = ps::mlp_loss(params, data.images.index_select(0, idx), data.labels.index_select(0, idx));
-    loss.backward();
-    double l = loss.item<double>();
-    loss_sum += l;
-    Params grads;
-    for (auto& p : params) grads.push_back(p.grad());
-    auto fresh = server.rpc_sync(&ParameterServer::update, grads, l, rank);
-    at::NoGradGuard no_grad;
-    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(fresh[i]);
-  }
-  return loss_sum / double(steps);
-});
+CASTOR_CLASS(castor::apps::ps::Trainer)
+    .constructor<castor::apps::ps::TrainerSetup>()
+    .method("train_epoch", &castor::apps::ps::Trainer::train_epoch);
 
 namespace castor::apps::ps {
 namespace {
@@ -329,6 +339,11 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
       if (id) w.remove_failure_handler(*id);
     }
   } remove_handler{w, on_failure};
+  // The trainers, one per other worker, held as one mesh.
+  std::vector<int64_t> trainer_ranks;
+  for (int64_t r = 1; r <= trainers; ++r) trainer_ranks.push_back(r);
+  auto mesh = w.spawn_mesh<Trainer>(trainer_ranks, TrainerSetup{server, trainers, cfg.batch, cfg.seed, cfg.data_dir,
+                                                                cfg.limit});
   std::vector<EpochResult> results;
   // Note [Parameter-server checkpoints]
   auto settings = settings_of(cfg, trainers);
@@ -343,9 +358,9 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
   }
   const auto epoch_timeout = castor::Timeout{std::chrono::minutes(30)};
   for (int64_t epoch = int64_t(results.size()) + 1; epoch <= cfg.epochs; ++epoch) {
-    std::vector<int64_t> active;  // the trainers alive as the epoch starts
-    for (int64_t r = 1; r <= trainers; ++r)
-      if (w.is_alive(r)) active.push_back(r);
+    std::vector<size_t> active;  // the mesh members alive as the epoch starts
+    for (size_t i = 0; i < mesh.size(); ++i)
+      if (w.is_alive(trainer_ranks[i])) active.push_back(i);
     if (active.empty())
       throw std::runtime_error("parameter-server: every trainer has died; epoch " + std::to_string(epoch) +
                                " cannot run");
@@ -354,10 +369,7 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     ps.set_learning_rate(epoch_learning_rate(cfg, epoch));  // between epochs: no update is running
     auto start = Clock::now();
     std::vector<Future<double>> running;
-    for (auto r : active)
-      running.push_back(w.rpc_async(
-          r, ps_train_epoch, EpochTask{server, r, trainers, epoch, steps, cfg.batch, cfg.seed, cfg.data_dir, cfg.limit},
-          epoch_timeout));
+    for (auto i : active) running.push_back(mesh.call_one(i, &Trainer::train_epoch, epoch, steps, epoch_timeout));
     // Each trainer's end as it comes: a failure is seen at once, not after
     // the trainers before it (who may wait in a round for the failed one).
     std::vector<bool> settled(running.size(), false);
@@ -369,7 +381,7 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
         try {
           running[i].wait();  // throws the trainer's error, naming it
         } catch (const UnreachableError&) {
-          if (!cfg.continue_on_trainer_failure || w.is_alive(active[i])) throw;
+          if (!cfg.continue_on_trainer_failure || w.is_alive(trainer_ranks[active[i]])) throw;
           // Note [Trainer failure]: its death is the handler's to take.
         }
       }

@@ -14,36 +14,69 @@ CurvePoint to_point(const EpochResult& r) {
   return CurvePoint{double(r.epoch), r.train_loss, r.test.accuracy, r.seconds, r.samples_per_s};
 }
 
-PsConfig config_from(const AppArgs& args) {
+// Note [Flags], F1: every flag once, its default from PsConfig's.
+void declare_flags(po::options_description& flags) {
+  const PsConfig c;
+  flags.add_options()
+      ("epochs", po::value<int64_t>()->default_value(c.epochs)->value_name("N"), "epochs")
+      ("batch-size", po::value<int64_t>()->default_value(c.batch)->value_name("N"), "samples per trainer and step")
+      ("lr", po::value<double>()->default_value(c.lr, shown(c.lr))->value_name("X"), "SGD learning rate on the server")
+      ("momentum", po::value<double>()->default_value(c.momentum, shown(c.momentum))->value_name("X"), "SGD momentum on the server")
+      ("lr-decay", po::value<double>()->default_value(c.lr_decay, shown(c.lr_decay))->value_name("X"),
+       "multiply the learning rate by X after each epoch")
+      ("hidden", po::value<int64_t>()->default_value(c.hidden)->value_name("N"), "hidden units of the MLP 784-N-10")
+      ("mode", po::value<std::string>()->default_value("sync")->value_name("sync|async"),
+       "sync: average every trainer's gradients per round; async: apply each push at once, with the momentum less "
+       "the 1 - 1/N that N asynchronous trainers add")
+      ("on-trainer-failure", po::value<std::string>()->default_value("stop")->value_name("stop|continue"),
+       "when a trainer dies: fail the job, or go on with the trainers left")
+      ("checkpoint-dir", po::value<std::string>()->value_name("D"),
+       "save the server to D after each epoch, and resume from D's last checkpoint at start")
+      ("checkpoint-every", po::value<int64_t>()->default_value(c.checkpoint_every)->value_name("N"),
+       "epochs between checkpoints")
+      ("seed", po::value<int64_t>()->default_value(c.seed)->value_name("N"), "initialisation and shuffling seed")
+      ("limit", po::value<int64_t>()->default_value(c.limit)->value_name("N"),
+       "use the first N training samples (-1: all 60000)")
+      ("test-limit", po::value<int64_t>()->default_value(c.test_limit)->value_name("N"),
+       "use the first N test samples (-1: all 10000)")
+      ("data", po::value<std::string>()->default_value(c.data_dir)->value_name("DIR"), "Fashion-MNIST folder")
+      ("out", po::value<std::string>()->value_name("PREFIX"),
+       "write PREFIX.csv and PREFIX.svg (default castor-out/parameter-server-<job>)")
+      ("compare", po::bool_switch(), "then train the same model in one process with libtorch and compare")
+      ("min-accuracy", po::value<double>()->value_name("X"), "exit with 3 if the final test accuracy is below X")
+      ("no-progress", po::bool_switch(), "no progress bar");
+}
+
+PsConfig config_from(const Flags& flags) {
   PsConfig c;
-  c.epochs = args.get_int("epochs", c.epochs);
-  c.batch = args.get_int("batch-size", c.batch);
-  c.lr = args.get_double("lr", c.lr);
-  c.momentum = args.get_double("momentum", c.momentum);
-  c.lr_decay = args.get_double("lr-decay", c.lr_decay);
-  c.hidden = args.get_int("hidden", c.hidden);
-  c.seed = args.get_int("seed", c.seed);
-  c.limit = args.get_int("limit", c.limit);
-  c.test_limit = args.get_int("test-limit", c.test_limit);
-  c.data_dir = args.get("data", c.data_dir);
-  c.progress = !args.has("no-progress");
-  auto mode = args.get("mode", "sync");
+  c.epochs = flags.get<int64_t>("epochs");
+  c.batch = flags.get<int64_t>("batch-size");
+  c.lr = flags.get<double>("lr");
+  c.momentum = flags.get<double>("momentum");
+  c.lr_decay = flags.get<double>("lr-decay");
+  c.hidden = flags.get<int64_t>("hidden");
+  c.seed = flags.get<int64_t>("seed");
+  c.limit = flags.get<int64_t>("limit");
+  c.test_limit = flags.get<int64_t>("test-limit");
+  c.data_dir = flags.get<std::string>("data");
+  c.progress = !flags.get<bool>("no-progress");
+  auto mode = flags.get<std::string>("mode");
   if (mode != "sync" && mode != "async")
     throw std::invalid_argument("--mode must be sync or async, got '" + mode + "'");
   c.sync = mode == "sync";
-  auto on_failure = args.get("on-trainer-failure", "stop");
+  auto on_failure = flags.get<std::string>("on-trainer-failure");
   if (on_failure != "stop" && on_failure != "continue")
     throw std::invalid_argument("--on-trainer-failure must be stop or continue, got '" + on_failure + "'");
   c.continue_on_trainer_failure = on_failure == "continue";
-  c.checkpoint_dir = args.get("checkpoint-dir", "");
-  c.checkpoint_every = args.get_int("checkpoint-every", c.checkpoint_every);
+  c.checkpoint_dir = flags.find<std::string>("checkpoint-dir").value_or("");
+  c.checkpoint_every = flags.get<int64_t>("checkpoint-every");
   if (c.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
   if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");
   if (c.epochs < 1 || c.batch < 1) throw std::invalid_argument("--epochs and --batch-size must be at least 1");
   return c;
 }
 
-int run(Worker& w, const AppArgs& args) {
+int run(Worker& w, const Flags& args) {
   auto cfg = config_from(args);  // every rank checks its flags
   if (w.rank() != 0) return 0;    // trainers serve until the server is done
   int64_t trainers = w.world_size() - 1;
@@ -58,7 +91,7 @@ int run(Worker& w, const AppArgs& args) {
                   (cfg.sync ? "sync" : "async") + ")");
   auto results = run_parameter_server(w, cfg, [&](const EpochResult& r) { log.add(to_point(r)); });
   double accuracy = results.back().test.accuracy;
-  if (args.has("compare")) {
+  if (args.get<bool>("compare")) {
     std::printf("single-process libtorch, same model, data and seed (batch %lld):\n",
                 (long long)(cfg.batch * trainers));
     std::fflush(stdout);
@@ -75,10 +108,10 @@ int run(Worker& w, const AppArgs& args) {
   } else {
     std::printf("test accuracy: %.2f%%\n", accuracy * 100);
   }
-  auto paths = log.write(curve_prefix(args.get("out", ""), "parameter-server"));
+  auto paths = log.write(curve_prefix(args.find<std::string>("out").value_or(""), "parameter-server"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);
-  double floor = args.get_double("min-accuracy", 0);
+  double floor = args.find<double>("min-accuracy").value_or(0);
   if (accuracy < floor) {
     std::fprintf(stderr, "test accuracy %.4f is below --min-accuracy %.4f\n", accuracy, floor);
     return 3;
@@ -86,33 +119,8 @@ int run(Worker& w, const AppArgs& args) {
   return 0;
 }
 
-AppRegistrar registrar{App{
-    "parameter-server",
-    "Fashion-MNIST MLP on a parameter server (rank 0) and N-1 trainers",
-    "  --epochs N        epochs (default 6)\n"
-    "  --batch-size N    samples per trainer and step (default 64)\n"
-    "  --lr X            SGD learning rate on the server (default 0.1)\n"
-    "  --momentum X      SGD momentum on the server (default 0.9)\n"
-    "  --lr-decay X      multiply the learning rate by X after each epoch (default 0.7)\n"
-    "  --hidden N        hidden units of the MLP 784-N-10 (default 128)\n"
-    "  --mode sync|async sync: average every trainer's gradients per round; async: apply each push at once,\n"
-    "                    with the momentum less the 1 - 1/N that N asynchronous trainers add (default sync)\n"
-    "  --on-trainer-failure stop|continue\n"
-    "                    when a trainer dies: fail the job, or go on with the trainers left (default stop)\n"
-    "  --checkpoint-dir D  save the server to D after each epoch, and resume from D's last checkpoint at start\n"
-    "  --checkpoint-every N  epochs between checkpoints (default 1)\n"
-    "  --seed N          initialisation and shuffling seed (default 1)\n"
-    "  --limit N         use the first N training samples (default all 60000)\n"
-    "  --test-limit N    use the first N test samples (default all 10000)\n"
-    "  --data DIR        Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
-    "  --out PREFIX      write PREFIX.csv and PREFIX.svg (default castor-out/parameter-server-<job>)\n"
-    "  --compare         then train the same model in one process with libtorch and compare\n"
-    "  --min-accuracy X  exit with 3 if the final test accuracy is below X\n"
-    "  --no-progress     no progress bar\n",
-    3,
-    {"epochs", "batch-size", "lr", "lr-decay", "momentum", "hidden", "mode", "seed", "limit", "test-limit", "data", "out",
-     "compare", "min-accuracy", "no-progress", "on-trainer-failure", "checkpoint-dir", "checkpoint-every"},
-    run}};
+AppRegistrar registrar{App{"parameter-server", "Fashion-MNIST MLP on a parameter server (rank 0) and N-1 trainers",
+                            3, declare_flags, run}};
 
 }  // namespace
 }  // namespace castor::apps::ps

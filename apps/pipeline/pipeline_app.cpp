@@ -62,8 +62,8 @@ struct Pipeline {
   at::Tensor forward(const at::Tensor& batch, int64_t micro_batches) const {
     std::vector<Future<at::Tensor>> outputs;
     for (const auto& part : batch.chunk(micro_batches)) {
-      auto hidden = first.module_rref().remote<at::Tensor>("forward", part);
-      outputs.push_back(second.module_rref().rpc_async<at::Tensor>("forward", hidden));
+      auto hidden = first.module_rref().remote(&nn::ModuleHost<FirstStage>::forward, part);
+      outputs.push_back(second.module_rref().rpc_async(&nn::ModuleHost<SecondStage>::forward, hidden));
     }
     std::vector<at::Tensor> logits;
     for (auto& f : outputs) logits.push_back(f.wait());
@@ -81,28 +81,49 @@ double accuracy(const Pipeline& p, const Dataset& test, int64_t micro_batches) {
   return double(correct) / double(test.size());
 }
 
-int run(Worker& w, const AppArgs& args) {
-  int64_t epochs = args.get_int("epochs", 2), batch = args.get_int("batch-size", 128);
-  int64_t micro = args.get_int("micro-batches", 4), hidden1 = args.get_int("hidden1", 256);
-  int64_t hidden2 = args.get_int("hidden2", 128);
-  double lr = args.get_double("lr", 0.05), momentum = args.get_double("momentum", 0.9);
+// Note [Flags], F1.
+void declare_flags(po::options_description& flags) {
+  flags.add_options()
+      ("epochs", po::value<int64_t>()->default_value(2)->value_name("N"), "epochs")
+      ("batch-size", po::value<int64_t>()->default_value(128)->value_name("N"), "samples per step")
+      ("micro-batches", po::value<int64_t>()->default_value(4)->value_name("N"),
+       "micro-batches per step, in flight together")
+      ("hidden1", po::value<int64_t>()->default_value(256)->value_name("N"), "stage 1 width")
+      ("hidden2", po::value<int64_t>()->default_value(128)->value_name("N"), "stage 2 hidden width")
+      ("lr", po::value<double>()->default_value(0.05, "0.05")->value_name("X"), "SGD learning rate")
+      ("momentum", po::value<double>()->default_value(0.9, "0.9")->value_name("X"), "SGD momentum")
+      ("seed", po::value<int64_t>()->default_value(1)->value_name("N"), "shuffling seed")
+      ("limit", po::value<int64_t>()->default_value(-1)->value_name("N"),
+       "use the first N training samples (-1: all)")
+      ("test-limit", po::value<int64_t>()->default_value(-1)->value_name("N"), "use the first N test samples (-1: all)")
+      ("data", po::value<std::string>()->default_value(default_fashion_mnist_dir())->value_name("DIR"),
+       "Fashion-MNIST folder")
+      ("out", po::value<std::string>()->value_name("PREFIX"),
+       "write PREFIX.csv and PREFIX.svg (default castor-out/pipeline-<job>)")
+      ("no-progress", po::bool_switch(), "no progress bar");
+}
+
+int run(Worker& w, const Flags& args) {
+  int64_t epochs = args.get<int64_t>("epochs"), batch = args.get<int64_t>("batch-size");
+  int64_t micro = args.get<int64_t>("micro-batches"), hidden1 = args.get<int64_t>("hidden1");
+  int64_t hidden2 = args.get<int64_t>("hidden2");
+  double lr = args.get<double>("lr"), momentum = args.get<double>("momentum");
   if (epochs < 1 || batch < 1 || micro < 1 || micro > batch || hidden1 < 1 || hidden2 < 1)
     throw std::invalid_argument("--epochs, --batch-size, --hidden1, --hidden2 must be positive and "
                                 "1 <= --micro-batches <= --batch-size");
   if (w.rank() != 0) return 0;  // the stages' owners serve until the driver is done
   if (w.world_size() < 2) throw std::invalid_argument("pipeline: needs at least 2 workers");
   at::set_num_threads(1);
-  auto data_dir = args.get("data", default_fashion_mnist_dir());
-  const auto& train = cached_fashion_mnist("train", data_dir, args.get_int("limit", -1));
-  const auto& test = cached_fashion_mnist("t10k", data_dir, args.get_int("test-limit", -1));
+  auto data_dir = args.get<std::string>("data");
+  const auto& train = cached_fashion_mnist("train", data_dir, args.get<int64_t>("limit"));
+  const auto& test = cached_fashion_mnist("t10k", data_dir, args.get<int64_t>("test-limit"));
   int64_t steps = train.size() / batch;
   if (steps < 1) throw std::invalid_argument("pipeline: fewer training samples than --batch-size");
 
-  auto stage1_owner = w.get_worker_info(int64_t(1)).name;
-  auto stage2_owner = w.get_worker_info(int64_t(w.world_size() >= 3 ? 2 : 1)).name;
+  int64_t stage1_owner = 1, stage2_owner = w.world_size() >= 3 ? 2 : 1;  // ranks
   std::printf("pipeline: stage 1 (784-%lld) on %s, stage 2 (%lld-%lld-10) on %s, %lld micro-batches per batch of %lld\n",
-              (long long)hidden1, stage1_owner.c_str(), (long long)hidden1, (long long)hidden2, stage2_owner.c_str(),
-              (long long)micro, (long long)batch);
+              (long long)hidden1, w.get_worker_info(stage1_owner).name.c_str(), (long long)hidden1,
+              (long long)hidden2, w.get_worker_info(stage2_owner).name.c_str(), (long long)micro, (long long)batch);
   std::fflush(stdout);
   Pipeline p{nn::RemoteModule<FirstStage>(w, stage1_owner, 784, hidden1),
              nn::RemoteModule<SecondStage>(w, stage2_owner, hidden1, hidden2)};
@@ -113,9 +134,9 @@ int run(Worker& w, const AppArgs& args) {
   optim::DistributedOptimizer optimizer(w, spec, params);
 
   TrainingLog log("castor pipeline (2 stages, " + std::to_string(micro) + " micro-batches) on Fashion-MNIST");
-  auto gen = at::detail::createCPUGenerator(uint64_t(args.get_int("seed", 1)));
+  auto gen = at::detail::createCPUGenerator(uint64_t(args.get<int64_t>("seed")));
   for (int64_t epoch = 1; epoch <= epochs; ++epoch) {
-    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(epochs), steps, !args.has("no-progress"));
+    ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(epochs), steps, !args.get<bool>("no-progress"));
     auto order = at::randperm(train.size(), gen, at::kLong);
     auto start = std::chrono::steady_clock::now();
     double loss_sum = 0;
@@ -141,32 +162,15 @@ int run(Worker& w, const AppArgs& args) {
     log.add(point);
   }
   std::printf("test accuracy: %.2f%%\n", log.points().back().accuracy * 100);
-  auto paths = log.write(curve_prefix(args.get("out", ""), "pipeline"));
+  auto paths = log.write(curve_prefix(args.find<std::string>("out").value_or(""), "pipeline"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);
   return 0;
 }
 
 AppRegistrar registrar{App{
-    "pipeline",
-    "Fashion-MNIST MLP split into two stages on worker1 and worker2, micro-batches chained with rpc_async",
-    "  --epochs N          epochs (default 2)\n"
-    "  --batch-size N      samples per step (default 128)\n"
-    "  --micro-batches N   micro-batches per step, in flight together (default 4)\n"
-    "  --hidden1 N         stage 1 width (default 256)\n"
-    "  --hidden2 N         stage 2 hidden width (default 128)\n"
-    "  --lr X              SGD learning rate (default 0.05)\n"
-    "  --momentum X        SGD momentum (default 0.9)\n"
-    "  --seed N            shuffling seed (default 1)\n"
-    "  --limit N           use the first N training samples (default all)\n"
-    "  --test-limit N      use the first N test samples (default all)\n"
-    "  --data DIR          Fashion-MNIST folder (default /usr/share/datasets/fashion-mnist)\n"
-    "  --out PREFIX        write PREFIX.csv and PREFIX.svg (default castor-out/pipeline-<job>)\n"
-    "  --no-progress       no progress bar\n",
-    3,
-    {"epochs", "batch-size", "micro-batches", "hidden1", "hidden2", "lr", "momentum", "seed", "limit", "test-limit",
-     "data", "out", "no-progress"},
-    run}};
+    "pipeline", "Fashion-MNIST MLP split into two stages on worker1 and worker2, micro-batches chained with rpc_async",
+    3, declare_flags, run}};
 
 }  // namespace
 }  // namespace castor::apps::pipeline

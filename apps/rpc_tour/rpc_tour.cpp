@@ -39,7 +39,7 @@ CASTOR_FUNCTION(tour_fail, [](std::string why) -> int64_t { throw std::runtime_e
 
 namespace {
 
-int run_tour(castor::Worker& w, const castor::apps::AppArgs&) {
+int run_tour(castor::Worker& w, const castor::apps::Flags&) {
   if (w.rank() != 0) return 0;  // the others serve until rank 0 is done
   auto say = [](const std::string& s) {
     std::printf("%s\n", s.c_str());
@@ -70,6 +70,6 @@ int run_tour(castor::Worker& w, const castor::apps::AppArgs&) {
 }
 
 castor::apps::AppRegistrar tour{castor::apps::App{
-    "rpc-tour", "the RFC's calls (sync, async, nested, remote error) on three workers", "", 3, {}, run_tour}};
+    "rpc-tour", "the RFC's calls (sync, async, nested, remote error) on three workers", 3, nullptr, run_tour}};
 
 }  // namespace

@@ -342,19 +342,38 @@ TEST_CASE("castor run refuses bad input before starting workers, naming the caus
   CHECK(contains(r.output, "castor run: './no-such-program' is not an executable file"));
   r = run_castor({"run", "-n"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run: -n needs a number of workers"));
+  CHECK(contains(r.output, "castor run: the required argument for option '--workers' is missing"));
   r = run_castor({"run", "--workers", "3"});
   CHECK(r.code == 2);
   CHECK(contains(r.output, "castor run: which app or program?"));
   r = run_castor({"run", "parameter-server", "--bogus", "1"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "unknown flag --bogus"));
+  CHECK(contains(r.output, "castor run parameter-server: unknown flag --bogus (see --help)"));
   r = run_castor({"run", "parameter-server", "--workers", "0"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "--workers must be a number of workers, at least 1, got '0'"));
+  CHECK(contains(r.output, "castor run parameter-server: -n (--workers) must be at least 1, got 0"));
+  // Note [Flags]: each flag once (F2), no abbreviations (F3), values of their type (F2).
+  r = run_castor({"run", "parameter-server", "--epochs", "1", "--epochs", "2"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "option '--epochs' cannot be specified more than once"));
+  r = run_castor({"run", "parameter-server", "--hid", "64"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "unknown flag --hid"));
+  r = run_castor({"run", "parameter-server", "--epochs", "1.5"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "the argument ('1.5') for option '--epochs' is invalid"));
+  r = run_castor({"run", "rnn", "stray"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "castor run rnn: unexpected argument: only flags are taken (see --help)"));
+  r = run_castor({"inspect", "127.0.0.1:1", "127.0.0.1:2"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "castor inspect: too many arguments (see --help)"));
   r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
   CHECK(r.code != 0);
   CHECK(contains(r.output, "--mode must be sync or async, got 'sideways'"));
+  r = run_castor({"run", "parameter-server", "--workers", "2", "--epochs", "-1"});  // F4: -1 is a value
+  CHECK(r.code != 0);
+  CHECK(contains(r.output, "--epochs and --batch-size must be at least 1"));
 }
 
 TEST_CASE("every app documents every flag it takes in --help") {
@@ -371,6 +390,12 @@ TEST_CASE("every app documents every flag it takes in --help") {
                                  "--limit", "--test-limit", "--data", "--out", "--compare", "--min-accuracy", "--lr-decay",
                                  "--no-progress"})
     CHECK_MESSAGE(contains(r.output, flag), flag);
+  // F1: the help is printed from the declarations, defaults included.
+  CHECK(contains(r.output, "--epochs N (=6)"));
+  CHECK(contains(r.output, "--mode sync|async (=sync)"));
+  CHECK(contains(r.output, "--lr X (=0.1)"));
+  CHECK(contains(run_castor({"launch", "--help"}).output, "--max-restarts N (=0)"));
+  CHECK(contains(run_castor({"inspect", "--help"}).output, "--timeout-ms MS (=5000)"));
   auto help = run_castor({"--help"});
   CHECK(contains(help.output, "demo"));
   CHECK(contains(help.output, "run [-n N] [--max-restarts N] <app> [app flags]"));

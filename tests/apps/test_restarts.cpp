@@ -192,7 +192,10 @@ TEST_CASE("castor run --max-restarts 1: a worker that dies twice fails the job, 
                            "restart(s) per worker: the job fails"));
   auto bad = run_castor({"run", "parameter-server", "--max-restarts", "many"});
   CHECK(bad.code == 2);
-  CHECK(contains(bad.output, "--max-restarts takes a number from 0 to 1000, not 'many'"));
+  CHECK(contains(bad.output, "castor run parameter-server: the argument ('many') for option '--max-restarts' is invalid"));
+  bad = run_castor({"run", "--max-restarts", "1001", "parameter-server"});
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.output, "castor run: --max-restarts takes a number from 0 to 1000, not 1001"));
 }
 
 namespace {

@@ -24,6 +24,15 @@ CASTOR_CLASS(user::Counter).constructor<int64_t>().method("add", &user::Counter:
 CASTOR_FUNCTION(t_add, [](at::Tensor a, at::Tensor b) { return a + b; });
 CASTOR_FUNCTION_DECL(t_scale, at::Tensor(at::Tensor, double));
 
+// Every case compiles these (case 0 is these alone): the string form's
+// passing rules hold for typed calls (H2): an RRef<T> where a T is taken,
+// and a T where an RRef<T> is taken.
+CASTOR_FUNCTION(t_first, [](castor::RRef<at::Tensor> r) { return r.to_here(); });
+at::Tensor an_rref_for_a_tensor(castor::Worker& w, castor::RRef<at::Tensor> r, at::Tensor a) {
+  return w.rpc_sync("worker1", t_add, r, a);
+}
+at::Tensor a_tensor_for_an_rref(castor::Worker& w, at::Tensor a) { return w.rpc_sync(1, t_first, a); }
+
 #if CASTOR_CASE == 1
 // expect: castor: this call gives a different number of arguments than the function or method takes
 at::Tensor one_argument_short(castor::Worker& w, at::Tensor a) { return w.rpc_sync("worker1", t_add, a); }

@@ -57,7 +57,7 @@ expect "a rank SIGKILLed without restarts" 3 "$out" $rc \
 out=$(run -n 2 "$work/build/no-such-program"); rc=$?
 expect "a program that is not there" 2 "$out" $rc "castor run: '$work/build/no-such-program' is not an executable file"
 out=$(run -n 0 "$launched"); rc=$?
-expect "-n 0" 2 "$out" $rc "castor run: -n must be a number of workers, at least 1, got '0'"
+expect "-n 0" 2 "$out" $rc "castor run: -n (--workers) must be at least 1, got 0"
 out=$(env -u RANK -u WORLD_SIZE -u SLURM_PROCID -u OMPI_COMM_WORLD_RANK timeout 60 "$launched" ok 2>&1); rc=$?
 expect "started without a launcher" 3 "$out" $rc "launched: init_rpc_from_env: no launcher's variables found"
 # A cluster file's "program" through castor launch (V0 of Note [Launch variables]).

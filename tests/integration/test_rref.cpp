@@ -401,6 +401,7 @@ TEST_CASE("typed handles: results deduced, a worker named by name, rank or Worke
   auto r = w.remote(2, typed_add, a, a);
   CHECK(r.owner_name() == "worker2");
   CHECK(at::equal(r.to_here(), at::full({2}, 2.0)));
+  CHECK(at::equal(w.rpc_sync(1, typed_add, r, a), at::full({2}, 3.0)));  // H2: an RRef<T> where a T is taken
   CHECK(w.is_alive(w.get_worker_info(2)));
 
   CHECK(contains(error_of<LookupError>([&] { w.rpc_sync(7, typed_where); }),

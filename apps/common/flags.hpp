@@ -1,0 +1,83 @@
+// Command-line flags, each declared once (Boost.Program_options).
+//
+// Note [Flags]
+//  F1. Every flag of castor's commands and apps is declared once, with its
+//      type, its default and its help line; `--help` is printed from those
+//      declarations, so a flag cannot be taken and not listed, or listed
+//      with another default than the one it has.
+//  F2. An unknown flag, a missing value, a value of the wrong type, a flag
+//      given twice and a stray argument are refused with a message naming
+//      the flag, before any worker starts (castor run checks an app's flags
+//      in the launcher, and each rank parses them again).
+//  F3. No abbreviations: Program_options would take an unambiguous prefix
+//      (--hid for --hidden); a typo must fail, not pick a flag.
+//  F4. A flag that takes a value takes the next argument, whatever it is:
+//      --limit -1 is a negative number, not a short flag.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <boost/program_options/options_description.hpp>
+#include <boost/program_options/parsers.hpp>
+#include <boost/program_options/positional_options.hpp>
+#include <boost/program_options/value_semantic.hpp>
+#include <boost/program_options/variables_map.hpp>
+
+namespace castor::apps {
+
+namespace po = boost::program_options;
+
+/// Flags parsed against their declarations.
+class Flags {
+ public:
+  Flags() = default;
+  explicit Flags(po::variables_map values) : values_(std::move(values)) {}
+
+  /// The value of a flag declared with a default (or given): its declared type.
+  template <class T>
+  T get(const std::string& name) const {
+    return values_[name].as<T>();
+  }
+  /// The value of a flag declared without a default, if it was given.
+  template <class T>
+  std::optional<T> find(const std::string& name) const {
+    auto it = values_.find(name);
+    if (it == values_.end() || it->second.empty()) return std::nullopt;
+    return it->second.as<T>();
+  }
+  /// Whether the command line gave the flag (its default does not count).
+  bool given(const std::string& name) const {
+    auto it = values_.find(name);
+    return it != values_.end() && !it->second.defaulted();
+  }
+
+ private:
+  po::variables_map values_;
+};
+
+/// Parses `args` against `declared` (F2-F4); the arguments that are not
+/// flags fill `positional`'s options, and there may be none without it.
+/// Throws std::invalid_argument whose message names the flag.
+Flags parse_flags(const po::options_description& declared, const std::vector<std::string>& args,
+                  const po::positional_options_description& positional = po::positional_options_description());
+
+/// Splits `args` as parse_flags would read them, keeping the tokens of each
+/// option: those `declared` takes, and the others (in order).
+std::pair<std::vector<std::string>, std::vector<std::string>> split_flags(const po::options_description& declared,
+                                                                          const std::vector<std::string>& args);
+
+/// How many leading tokens of `args` are flags of `declared` with their
+/// values: the index of the first argument that is neither (a command's
+/// target). Throws std::invalid_argument for a flag `declared` lacks.
+size_t leading_flags(const po::options_description& declared, const std::vector<std::string>& args);
+
+/// The help text of `declared`: one entry per flag (F1).
+std::string flags_help(const po::options_description& declared);
+
+/// A default as --help shows it: 0.1, not the 0.10000000000000001 that
+/// Program_options prints for a double.
+std::string shown(double value);
+
+}  // namespace castor::apps
