@@ -51,7 +51,8 @@ const char* kUsage =
 int list_apps() {
   for (const auto& [name, app] : app_registry()) {
     std::printf("%-14s %s (default %d workers)\n", name.c_str(), app.summary.c_str(), app.default_workers);
-    std::printf("%s\n", flags_help(declared_flags(app)).c_str());
+    auto declared = declared_flags(app);
+    if (!declared.options().empty()) std::printf("%s\n", flags_help(declared).c_str());
   }
   return 0;
 }
@@ -69,6 +70,7 @@ std::string job_secret() {
 // What `castor run` was asked for: its own flags, then an in-tree app or a
 // program, then that target's arguments.
 struct RunRequest {
+  std::vector<std::string> flags;  // castor run's own, before the target
   std::optional<int> workers;  // -n / --workers; else the app's default (3 for a program)
   int max_restarts = 0;
   std::string target;
@@ -77,10 +79,9 @@ struct RunRequest {
 
 // castor run's own flags (Note [Flags]).
 po::options_description run_flags() {
-  po::options_description flags("castor run's flags", 100, 50);
+  auto flags = command_flags("castor run's flags");
   flags.add_options()
-      ("workers,n", po::value<int>()->value_name("N"), "worker processes (default: the app's; 3 for a program)")
-      ("help,h", "this text");
+      ("workers,n", po::value<int>()->value_name("N"), "worker processes (default: the app's; 3 for a program)");
   declare_max_restarts(flags);
   return flags;
 }
@@ -156,6 +157,7 @@ int run_app(const App& app, RunRequest req) {
   try {
     // castor's own flags may also follow the app's name (the older form).
     auto [ours, theirs] = split_flags(run_flags(), req.args);
+    ours.insert(ours.begin(), req.flags.begin(), req.flags.end());  // F2: one flag, once, either side of the app
     if (apply_run_flags(ours, req)) {
       std::printf("castor run %s [-n N | --workers N] [--max-restarts N]: %s\n%s", app.name.c_str(),
                   app.summary.c_str(), flags_help(declared_flags(app)).c_str());
@@ -183,7 +185,8 @@ int run_command(const std::vector<std::string>& args) {
   size_t i = 0;
   try {
     i = leading_flags(run_flags(), args);  // the flags before the app or program
-    if (apply_run_flags({args.begin(), args.begin() + long(i)}, req)) {
+    req.flags.assign(args.begin(), args.begin() + long(i));
+    if (apply_run_flags(req.flags, req)) {
       std::printf("%s\n%s", kUsage, flags_help(run_flags()).c_str());
       return 0;
     }

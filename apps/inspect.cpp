@@ -31,16 +31,15 @@ constexpr const char* kUsage =
 
 // Note [Flags], F1.
 po::options_description inspect_flags() {
-  po::options_description flags("flags", 100, 50);
+  auto flags = command_flags();
   flags.add_options()
       ("config", po::value<std::string>()->value_name("FILE"), "the cluster file: TLS files, secret, worker names")
       ("secret-file", po::value<std::string>()->value_name("FILE"), "the cluster secret, from a file")
       ("json", po::bool_switch(), "print the snapshot as JSON")
       ("watch", po::bool_switch(), "redraw every --interval seconds until interrupted or --count snapshots")
-      ("interval", po::value<double>()->default_value(1.0, "1")->value_name("S"), "seconds between snapshots with --watch")
+      ("interval", po::value<double>()->default_value(1.0, shown(1.0))->value_name("S"), "seconds between snapshots with --watch")
       ("count", po::value<long>()->default_value(0)->value_name("N"), "stop after N snapshots (0: never)")
-      ("timeout-ms", po::value<long>()->default_value(5000)->value_name("MS"), "limit of the connection and each snapshot")
-      ("help,h", "this text");
+      ("timeout-ms", po::value<long>()->default_value(5000)->value_name("MS"), "limit of the connection and each snapshot");
   return flags;
 }
 
@@ -225,11 +224,7 @@ int inspect_command(const std::vector<std::string>& args) {
   auto flags = inspect_flags();
   auto usage = kUsage + flags_help(flags);
   try {
-    po::options_description all;
-    all.add(flags).add_options()("worker", po::value<std::string>(), "");
-    po::positional_options_description worker_arg;
-    worker_arg.add("worker", 1);
-    auto given = parse_flags(all, args, worker_arg);
+    auto given = parse_flags(flags, args, {"worker"});
     if (given.given("help")) {
       std::printf("%s", usage.c_str());
       return 0;

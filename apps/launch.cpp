@@ -22,7 +22,8 @@ namespace {
 
 const char* kLaunchUsage =
     "usage: castor launch <cluster.json> [--local] [--max-restarts N]\n"
-    "  starts every worker of the cluster file that lives on this host, each its own process\n";
+    "  starts every worker of the cluster file that lives on this host, each its own process;\n"
+    "  with --max-restarts, every worker of the file must start here (--local)\n";
 
 const char* kWorkerUsage =
     "usage: castor worker --config <cluster.json> --name <worker> [--local]\n"
@@ -91,21 +92,16 @@ int run_app_rank(const std::string& app_name, const std::vector<std::string>& ar
 }
 
 int launch_command(const std::vector<std::string>& args) {
-  po::options_description flags("flags", 100, 50);
+  auto flags = command_flags();
   flags.add_options()
-      ("local", po::bool_switch(), "start all of the file's workers here, on 127.0.0.1 (the file's ports)")
-      ("help,h", "this text");
+      ("local", po::bool_switch(), "start all of the file's workers here, on 127.0.0.1 (the file's ports)");
   declare_max_restarts(flags);
-  po::options_description all;
-  all.add(flags).add_options()("cluster-file", po::value<std::string>(), "");
-  po::positional_options_description file_arg;
-  file_arg.add("cluster-file", 1);
   auto usage = kLaunchUsage + flags_help(flags);
   std::string path;
   bool local = false;
   int max_restarts = 0;
   try {
-    auto given = parse_flags(all, args, file_arg);
+    auto given = parse_flags(flags, args, {"cluster-file"});
     if (given.given("help")) {
       std::fputs(usage.c_str(), stdout);
       return 0;
@@ -178,12 +174,11 @@ int launch_command(const std::vector<std::string>& args) {
 }
 
 int worker_command(const std::vector<std::string>& args) {
-  po::options_description flags("flags", 100, 50);
+  auto flags = command_flags();
   flags.add_options()
       ("config", po::value<std::string>()->value_name("FILE"), "the cluster file")
       ("name", po::value<std::string>()->value_name("WORKER"), "the worker of the file to run")
-      ("local", po::bool_switch(), "every worker of the file runs on this host: use 127.0.0.1 for all")
-      ("help,h", "this text");
+      ("local", po::bool_switch(), "every worker of the file runs on this host: use 127.0.0.1 for all");
   auto usage = kWorkerUsage + flags_help(flags);
   std::string path, name;
   bool local = false;

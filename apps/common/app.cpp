@@ -9,8 +9,9 @@ std::map<std::string, App>& app_registry() {
 }
 
 po::options_description declared_flags(const App& app) {
+  // No --help among them: castor run takes it (and a cluster file's "args"
+  // cannot ask for it).
   po::options_description declared("flags of " + app.name, 100, 50);
-  declared.add_options()("help,h", "this text");
   if (app.flags) app.flags(declared);
   return declared;
 }

@@ -2,6 +2,7 @@
 // on top (F2, F3).
 #include "apps/common/flags.hpp"
 
+#include <algorithm>
 #include <sstream>
 #include <stdexcept>
 
@@ -21,26 +22,59 @@ const po::option_description* declaration(const po::options_description& declare
   return nullptr;
 }
 
+// F2: what parse_flags refuses, as the user typed it (Program_options names
+// neither a stray argument nor a short flag as given).
+[[noreturn]] void refuse_unexpected(const po::options_description& declared, const std::vector<std::string>& args,
+                                    size_t operands) {
+  po::parsed_options parsed(&declared);
+  try {
+    parsed = po::command_line_parser(args).options(declared).style(kStyle).allow_unregistered().run();
+  } catch (const po::error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  size_t seen = 0;
+  for (const auto& o : parsed.options) {
+    if (o.unregistered && !o.original_tokens.empty()) {
+      const auto& token = o.original_tokens.front();
+      throw std::invalid_argument("unknown flag " + token.substr(0, token.find('=')) + " (see --help)");
+    }
+    if (o.position_key >= 0 && ++seen > operands && !o.original_tokens.empty())
+      throw std::invalid_argument("unexpected argument '" + o.original_tokens.front() + "'" +
+                                  (operands == 0 ? ": only flags are taken" : "") + " (see --help)");
+  }
+  throw std::invalid_argument("unexpected argument (see --help)");
+}
+
 }  // namespace
 
+po::options_description command_flags(const std::string& caption) {
+  po::options_description flags(caption, 100, 50);
+  flags.add_options()("help,h", "this text");
+  return flags;
+}
+
 Flags parse_flags(const po::options_description& declared, const std::vector<std::string>& args,
-                  const po::positional_options_description& positional) {
+                  const std::vector<std::string>& operands) {
+  po::options_description all;
+  all.add(declared);
+  po::positional_options_description positional;
+  for (const auto& name : operands) {
+    all.add_options()(name.c_str(), po::value<std::string>(), "");
+    positional.add(name.c_str(), 1);
+  }
   try {
-    auto parsed = po::command_line_parser(args)
-                      .options(declared)
-                      .positional(positional)
-                      .style(kStyle)
-                      .run();
+    auto parsed = po::command_line_parser(args).options(all).positional(positional).style(kStyle).run();
+    for (const auto& o : parsed.options)  // an operand's name is not a flag
+      if (o.position_key < 0 && std::find(operands.begin(), operands.end(), o.string_key) != operands.end())
+        throw std::invalid_argument("unknown flag --" + o.string_key + " (see --help)");
     po::variables_map values;
     po::store(parsed, values);
     po::notify(values);
     return Flags(std::move(values));
-  } catch (const po::unknown_option& e) {
-    throw std::invalid_argument("unknown flag " + e.get_option_name() + " (see --help)");
+  } catch (const po::unknown_option&) {
+    refuse_unexpected(declared, args, operands.size());
   } catch (const po::too_many_positional_options_error&) {
-    throw std::invalid_argument(positional.max_total_count() == 0
-                                    ? "unexpected argument: only flags are taken (see --help)"
-                                    : "too many arguments (see --help)");
+    refuse_unexpected(declared, args, operands.size());
   } catch (const po::error& e) {
     throw std::invalid_argument(e.what());
   }

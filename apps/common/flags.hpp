@@ -11,12 +11,13 @@
 //      in the launcher, and each rank parses them again).
 //  F3. No abbreviations: Program_options would take an unambiguous prefix
 //      (--hid for --hidden); a typo must fail, not pick a flag.
-//  F4. A flag that takes a value takes the next argument, whatever it is:
-//      --limit -1 is a negative number, not a short flag.
+//  F4. A flag that takes a value takes the next argument unless that is
+//      itself a declared flag: --limit -1 is a negative number.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <boost/program_options/options_description.hpp>
@@ -57,11 +58,15 @@ class Flags {
   po::variables_map values_;
 };
 
-/// Parses `args` against `declared` (F2-F4); the arguments that are not
-/// flags fill `positional`'s options, and there may be none without it.
-/// Throws std::invalid_argument whose message names the flag.
+/// A command's flags, with --help; more are added with add_options().
+po::options_description command_flags(const std::string& caption = "flags");
+
+/// Parses `args` against `declared` (F2-F4). The arguments that are not
+/// flags are the command's operands, one per name of `operands`, read as
+/// strings under those names (never given as --name). Throws
+/// std::invalid_argument whose message names the flag or argument.
 Flags parse_flags(const po::options_description& declared, const std::vector<std::string>& args,
-                  const po::positional_options_description& positional = po::positional_options_description());
+                  const std::vector<std::string>& operands = {});
 
 /// Splits `args` as parse_flags would read them, keeping the tokens of each
 /// option: those `declared` takes, and the others (in order).

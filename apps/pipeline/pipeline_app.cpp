@@ -90,8 +90,8 @@ void declare_flags(po::options_description& flags) {
        "micro-batches per step, in flight together")
       ("hidden1", po::value<int64_t>()->default_value(256)->value_name("N"), "stage 1 width")
       ("hidden2", po::value<int64_t>()->default_value(128)->value_name("N"), "stage 2 hidden width")
-      ("lr", po::value<double>()->default_value(0.05, "0.05")->value_name("X"), "SGD learning rate")
-      ("momentum", po::value<double>()->default_value(0.9, "0.9")->value_name("X"), "SGD momentum")
+      ("lr", po::value<double>()->default_value(0.05, shown(0.05))->value_name("X"), "SGD learning rate")
+      ("momentum", po::value<double>()->default_value(0.9, shown(0.9))->value_name("X"), "SGD momentum")
       ("seed", po::value<int64_t>()->default_value(1)->value_name("N"), "shuffling seed")
       ("limit", po::value<int64_t>()->default_value(-1)->value_name("N"),
        "use the first N training samples (-1: all)")

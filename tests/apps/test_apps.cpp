@@ -364,10 +364,13 @@ TEST_CASE("castor run refuses bad input before starting workers, naming the caus
   CHECK(contains(r.output, "the argument ('1.5') for option '--epochs' is invalid"));
   r = run_castor({"run", "rnn", "stray"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run rnn: unexpected argument: only flags are taken (see --help)"));
+  CHECK(contains(r.output, "castor run rnn: unexpected argument 'stray': only flags are taken (see --help)"));
   r = run_castor({"inspect", "127.0.0.1:1", "127.0.0.1:2"});
   CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor inspect: too many arguments (see --help)"));
+  CHECK(contains(r.output, "castor inspect: unexpected argument '127.0.0.1:2' (see --help)"));
+  r = run_castor({"run", "-n", "2", "parameter-server", "-n", "3"});  // F2: once, whichever side of the app
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "option '--workers' cannot be specified more than once"));
   r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
   CHECK(r.code != 0);
   CHECK(contains(r.output, "--mode must be sync or async, got 'sideways'"));
@@ -455,6 +458,10 @@ TEST_CASE("castor launch and castor worker refuse a bad cluster file before star
   r = run_castor({"launch", file, "--local"});
   CHECK(r.code == 2);
   CHECK(contains(r.output, "args: unknown flag --bogus"));
+  file = write_cluster_file("help-flag", "\"app\": \"parameter-server\", \"args\": [\"--help\"]");
+  r = run_castor({"launch", file, "--local"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "args: unknown flag --help"));
   file = write_cluster_file("good", "\"app\": \"rpc-tour\"");
   r = run_castor({"worker", "--config", file, "--name", "nobody"});
   CHECK(r.code == 2);

@@ -67,7 +67,23 @@ TEST_CASE("flags: unknown, abbreviated, repeated, mistyped and stray arguments a
   CHECK(refusal(app_flags(), {"--epochs", "many"}) == "the argument ('many') for option '--epochs' is invalid");
   CHECK(refusal(app_flags(), {"--epochs"}) == "the required argument for option '--epochs' is missing");
   CHECK(refusal(app_flags(), {"--compare=yes"}) == "option '--compare' does not take any arguments");
-  CHECK(refusal(app_flags(), {"stray"}) == "unexpected argument: only flags are taken (see --help)");
+  CHECK(refusal(app_flags(), {"--compare", "true"}) == "unexpected argument 'true': only flags are taken (see --help)");
+  CHECK(refusal(app_flags(), {"-x"}) == "unknown flag -x (see --help)");  // as typed, not "--x"
+  CHECK(refusal(app_flags(), {"--epochs", "5", "-3"}) == "unknown flag -3 (see --help)");
+}
+
+TEST_CASE("flags: a command's operands are read apart from its flags, and are not flags themselves") {
+  auto d = castor::apps::command_flags();
+  d.add_options()("local", po::bool_switch(), "here");
+  auto f = parse_flags(d, {"--local", "job.json"}, {"file"});
+  CHECK(f.find<std::string>("file") == std::optional<std::string>("job.json"));
+  CHECK(f.get<bool>("local"));
+  CHECK_FALSE(parse_flags(d, {}, {"file"}).find<std::string>("file").has_value());
+  CHECK(error_of<std::invalid_argument>([&] { parse_flags(d, {"a.json", "b.json"}, {"file"}); }) ==
+        "unexpected argument 'b.json' (see --help)");
+  CHECK(error_of<std::invalid_argument>([&] { parse_flags(d, {"--file", "a.json"}, {"file"}); }) ==
+        "unknown flag --file (see --help)");
+  CHECK(parse_flags(d, {"--help"}, {"file"}).given("help"));
 }
 
 TEST_CASE("flags: a launcher's flags end where its program begins and the rest are the program's") {

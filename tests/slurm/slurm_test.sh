@@ -32,11 +32,11 @@ program=$(readlink -f "$program")
 work=${2:-}
 
 skip() {
-  echo "SKIP: $*"
+  echo "SKIP: $*" >&2
   exit 77
 }
 fail() {
-  echo "FAIL: $*"
+  echo "FAIL: $*" >&2
   exit 1
 }
 
@@ -177,6 +177,7 @@ except OSError:
     if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 1; fi  # something listens
   fi
 }
+# Sets `port` (not in a subshell: `taken` must keep what earlier calls took).
 free_port() {
   local p i
   for ((i = 0; i < 200; i++)); do
@@ -184,16 +185,16 @@ free_port() {
     [[ $taken == *" $p "* ]] && continue
     if port_free "$p"; then
       taken+="$p "
-      echo "$p"
+      port=$p
       return 0
     fi
   done
   fail "no free port in 20000-29999 after 200 tries"
 }
-ctld_port=$(free_port)
-slurmd_port=$(free_port)
-derived_port=$(free_port)
-master_port=$(free_port)
+free_port; ctld_port=$port
+free_port; slurmd_port=$port
+free_port; derived_port=$port
+free_port; master_port=$port
 # castor derives 10000 + job id % 20000 (port_from_job_id): the first job's
 # id is chosen to give derived_port.
 first_job=$((derived_port - 10000))
