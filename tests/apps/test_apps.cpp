@@ -334,44 +334,36 @@ TEST_CASE("castor demo: its help, and a short run against the libtorch reference
 }
 
 TEST_CASE("castor run refuses bad input before starting workers, naming the cause") {
-  auto r = run_castor({"run", "no-such-app"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run: 'no-such-app' is neither an app (see `castor apps`) nor a program on PATH"));
-  r = run_castor({"run", "-n", "2", "./no-such-program"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run: './no-such-program' is not an executable file"));
-  r = run_castor({"run", "-n"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run: the required argument for option '--workers' is missing"));
-  r = run_castor({"run", "--workers", "3"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run: which app or program?"));
-  r = run_castor({"run", "parameter-server", "--bogus", "1"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run parameter-server: unknown flag --bogus (see --help)"));
-  r = run_castor({"run", "parameter-server", "--workers", "0"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run parameter-server: -n (--workers) must be at least 1, got 0"));
-  // Note [Flags]: each flag once (F2), no abbreviations (F3), values of their type (F2).
-  r = run_castor({"run", "parameter-server", "--epochs", "1", "--epochs", "2"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "option '--epochs' cannot be specified more than once"));
-  r = run_castor({"run", "parameter-server", "--hid", "64"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "unknown flag --hid"));
-  r = run_castor({"run", "parameter-server", "--epochs", "1.5"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "the argument ('1.5') for option '--epochs' is invalid"));
-  r = run_castor({"run", "rnn", "stray"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor run rnn: unexpected argument 'stray': only flags are taken (see --help)"));
-  r = run_castor({"inspect", "127.0.0.1:1", "127.0.0.1:2"});
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "castor inspect: unexpected argument '127.0.0.1:2' (see --help)"));
-  r = run_castor({"run", "-n", "2", "parameter-server", "-n", "3"});  // F2: once, whichever side of the app
-  CHECK(r.code == 2);
-  CHECK(contains(r.output, "option '--workers' cannot be specified more than once"));
-  r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
+  struct Refusal {
+    std::vector<std::string> args;
+    std::string message;  // exit code 2
+  };
+  const std::vector<Refusal> refusals{
+      {{"run", "no-such-app"},
+       "castor run: 'no-such-app' is neither an app (see `castor apps`) nor a program on PATH"},
+      {{"run", "-n", "2", "./no-such-program"}, "castor run: './no-such-program' is not an executable file"},
+      {{"run", "-n"}, "castor run: the required argument for option '--workers' is missing"},
+      {{"run", "--workers", "3"}, "castor run: which app or program?"},
+      {{"run", "parameter-server", "--bogus", "1"}, "castor run parameter-server: unknown flag --bogus (see --help)"},
+      {{"run", "parameter-server", "--workers", "0"},
+       "castor run parameter-server: -n (--workers) must be at least 1, got 0"},
+      // Note [Flags]: each flag once (F2), no abbreviations (F3), values of their type (F2).
+      {{"run", "parameter-server", "--epochs", "1", "--epochs", "2"},
+       "option '--epochs' cannot be specified more than once"},
+      {{"run", "parameter-server", "--hid", "64"}, "unknown flag --hid"},
+      {{"run", "parameter-server", "--epochs", "1.5"}, "the argument ('1.5') for option '--epochs' is invalid"},
+      {{"run", "rnn", "stray"}, "castor run rnn: unexpected argument 'stray': only flags are taken (see --help)"},
+      {{"inspect", "127.0.0.1:1", "127.0.0.1:2"}, "castor inspect: unexpected argument '127.0.0.1:2' (see --help)"},
+      // F2: once, whichever side of the app
+      {{"run", "-n", "2", "parameter-server", "-n", "3"}, "option '--workers' cannot be specified more than once"},
+  };
+  for (const auto& refusal : refusals) {
+    auto refused = run_castor(refusal.args);
+    INFO(refused.output);
+    CHECK(refused.code == 2);
+    CHECK_MESSAGE(contains(refused.output, refusal.message), refusal.message);
+  }
+  auto r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
   CHECK(r.code != 0);
   CHECK(contains(r.output, "--mode must be sync or async, got 'sideways'"));
   r = run_castor({"run", "parameter-server", "--workers", "2", "--epochs", "-1"});  // F4: -1 is a value
