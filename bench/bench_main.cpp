@@ -9,7 +9,7 @@ namespace {
 
 const char* kUsage =
     "usage: castor-bench SUITE [--vs-pytorch] [--json] [--reps N]\n"
-    "  SUITE: rpc | rref | autograd | train | scale | sweep | recovery | all\n"
+    "  SUITE: rpc | rref | autograd | train | pipeline | scale | sweep | recovery | all\n"
     "  --vs-pytorch  also run PyTorch's side (bench/pytorch_bench.py) and print ratios castor/pytorch\n"
     "  --json        print one JSON object {figure: {castor, pytorch, ratio}}\n"
     "  --reps N      multiply the repetitions per figure (default 1)\n"
@@ -44,8 +44,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> suites;
   if (suite == "all")
-    suites = {"rpc", "rref", "autograd", "train", "scale", "sweep", "recovery"};
-  else if (suite == "rpc" || suite == "rref" || suite == "autograd" || suite == "train" || suite == "scale" || suite == "sweep" ||
+    suites = {"rpc", "rref", "autograd", "train", "pipeline", "scale", "sweep", "recovery"};
+  else if (suite == "rpc" || suite == "rref" || suite == "autograd" || suite == "train" || suite == "pipeline" || suite == "scale" || suite == "sweep" ||
            suite == "recovery")
     suites = {suite};
   else {
@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
       if (s == "rref") part = bench_rref(opts);
       if (s == "autograd") part = bench_autograd(opts);
       if (s == "train") part = bench_train(opts);
+      if (s == "pipeline") part = bench_pipeline(opts);
       if (s == "scale") part = bench_scale(opts);
       if (s == "sweep") part = bench_sweep(opts);
       if (s == "recovery") part = bench_recovery(opts);

@@ -13,6 +13,7 @@ std::vector<Figure> bench_rpc(const Options& opts);
 std::vector<Figure> bench_rref(const Options& opts);
 std::vector<Figure> bench_autograd(const Options& opts);
 std::vector<Figure> bench_train(const Options& opts);
+std::vector<Figure> bench_pipeline(const Options& opts);
 std::vector<Figure> bench_scale(const Options& opts);
 std::vector<Figure> bench_sweep(const Options& opts);
 std::vector<Figure> bench_recovery(const Options& opts);

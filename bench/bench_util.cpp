@@ -187,4 +187,19 @@ void report(const std::vector<Figure>& figures, const Options& opts) {
   }
 }
 
+std::vector<int> reference_thread_counts() {
+  int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return cores > 1 ? std::vector<int>{1, cores} : std::vector<int>{1};
+}
+
+double best_reference(const std::string& prefix, const std::function<double(int)>& run, std::vector<Figure>& out) {
+  double best = 0;
+  for (int threads : reference_thread_counts()) {
+    double rate = run(threads);
+    out.emplace_back(prefix + "_" + std::to_string(threads) + "t_samples_per_s", rate, Better::higher);
+    best = std::max(best, rate);
+  }
+  return best;
+}
+
 }  // namespace castor::bench

@@ -58,6 +58,16 @@ int run_peer(int argc, char** argv);
 /// Epochs the train suite runs on each side (the median epoch is reported).
 inline int train_epochs(int reps) { return 2 + reps; }
 
+/// Thread counts the single-process references run with: 1 and the
+/// machine's cores. The faster is the reference: on small matrices libtorch's
+/// threads can cost more than they bring (on this 2-core machine the
+/// parameter-server MLP ran 3-4x slower on 2 threads than on 1).
+std::vector<int> reference_thread_counts();
+
+/// Runs `run(threads)` (samples/s) for each of reference_thread_counts(),
+/// adds a figure `<prefix>_<n>t_samples_per_s` for each, and returns the best.
+double best_reference(const std::string& prefix, const std::function<double(int)>& run, std::vector<Figure>& out);
+
 /// Runs PyTorch's side for `suites` (bench/pytorch_bench.py, and
 /// bench/pytorch_ps_bench.py for train) and returns its figures.
 std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites, int reps);

@@ -1,6 +1,7 @@
-// castor-bench scale: worlds of 8 to 64 worker processes on this machine:
+// castor-bench scale: worlds of 8 to 128 worker processes on this machine:
 // init time, an all-to-all round, the RRef protocol's three-party case from
-// every worker (and no RRef left afterwards), memory per worker, shutdown.
+// every worker (and no RRef left afterwards), memory per worker (RSS and
+// PSS), shutdown.
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -17,12 +18,13 @@ using Clock = std::chrono::steady_clock;
 
 double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
 
-// Resident memory of a process in MiB (0 if unreadable).
-double rss_mib(int pid) {
-  std::ifstream in("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
+// The value of `key` (in kB) in one of /proc's files of a process (0 = this
+// one), in MiB; 0 if unreadable.
+double proc_mib(int pid, const char* file, const std::string& key) {
+  std::ifstream in("/proc/" + (pid ? std::to_string(pid) : std::string("self")) + "/" + file);
+  std::string name;
+  while (in >> name) {
+    if (name == key) {
       double kib = 0;
       in >> kib;
       return kib / 1024;
@@ -36,7 +38,7 @@ double rss_mib(int pid) {
 
 std::vector<Figure> bench_scale(const Options& opts) {
   std::vector<Figure> out;
-  for (int n : {8, 16, 32, 64}) {
+  for (int n : {8, 16, 32, 64, 128}) {
     auto suffix = "_w" + std::to_string(n);
     auto t0 = Clock::now();
     BenchWorld world(opts, n);
@@ -68,9 +70,17 @@ std::vector<Figure> bench_scale(const Options& opts) {
     }
     if (left != 0) throw std::runtime_error("scale: " + std::to_string(left) + " RRef states left in " + std::to_string(n) + " workers");
 
-    double rss = rss_mib(0);
-    for (int r = 1; r < n; ++r) rss += rss_mib(world.peer_pid(r));
+    // RSS counts libtorch's and CAF's shared pages once per worker; PSS
+    // splits them among the processes that map them, so n workers' PSS adds
+    // up to what they take from the machine.
+    double rss = 0, pss = 0;
+    for (int r = 0; r < n; ++r) {
+      int pid = r ? world.peer_pid(r) : 0;
+      rss += proc_mib(pid, "status", "VmRSS:");
+      pss += proc_mib(pid, "smaps_rollup", "Pss:");
+    }
     out.push_back({"scale_rss_MiB_per_worker" + suffix, rss / n});
+    out.push_back({"scale_pss_MiB_per_worker" + suffix, pss / n});
     auto t2 = Clock::now();
     w.shutdown();
     out.push_back({"scale_shutdown_ms" + suffix, ms_since(t2)});

@@ -1,13 +1,17 @@
 // castor-bench train: the parameter-server app with the anchor's settings
 // (1 server + 2 trainers, MLP 784-128-10, plain SGD lr 0.1, batch 64 per
-// trainer, sync rounds), samples/s as the median over epochs.
+// trainer, sync rounds), samples/s as the median over epochs; beside it the
+// same model, data, seed and total batch (128) trained in this one process
+// with libtorch, on 1 thread and on the machine's cores: the faster is the
+// same arithmetic with no messages, the limit castor's figure is read against.
 #include "apps/parameter_server/parameter_server.hpp"
 #include "bench_suites.hpp"
 
 namespace castor::bench {
 
-std::vector<Figure> bench_train(const Options& opts) {
-  BenchWorld world(opts, 3);
+namespace {
+
+apps::ps::PsConfig bench_config(const Options& opts) {
   apps::ps::PsConfig cfg;
   cfg.epochs = train_epochs(opts.reps);
   cfg.batch = 64;
@@ -16,11 +20,36 @@ std::vector<Figure> bench_train(const Options& opts) {
   cfg.hidden = 128;
   cfg.sync = true;
   cfg.progress = false;
-  auto results = apps::ps::run_parameter_server(world.self(), cfg);
+  return cfg;
+}
+
+double median_rate(const std::vector<apps::ps::EpochResult>& results) {
   std::vector<double> rates;
   for (const auto& r : results) rates.push_back(r.samples_per_s);
-  return {Figure("train_ps_samples_per_s", median(rates), Better::higher),
-          Figure("train_ps_test_accuracy", results.back().test.accuracy, Better::higher)};
+  return median(rates);
+}
+
+}  // namespace
+
+std::vector<Figure> bench_train(const Options& opts) {
+  auto cfg = bench_config(opts);
+  constexpr int64_t trainers = 2;
+  std::vector<Figure> out;
+  // First, before any worker process shares the cores.
+  double single_accuracy = 0;
+  double single = best_reference("train_single_process", [&](int threads) {
+    auto results = apps::ps::train_single_process(cfg, trainers, {}, threads);
+    single_accuracy = results.back().test.accuracy;  // the same on any thread count
+    return median_rate(results);
+  }, out);
+  BenchWorld world(opts, 1 + int(trainers));
+  auto results = apps::ps::run_parameter_server(world.self(), cfg);
+  double rate = median_rate(results);
+  out.emplace_back("train_single_process_test_accuracy", single_accuracy, Better::higher);
+  out.emplace_back("train_ps_samples_per_s", rate, Better::higher);
+  out.emplace_back("train_ps_test_accuracy", results.back().test.accuracy, Better::higher);
+  out.emplace_back("train_ps_of_single_process", rate / single, Better::higher);
+  return out;
 }
 
 }  // namespace castor::bench

@@ -416,8 +416,8 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
 }
 
 std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
-                                              const std::function<void(const EpochResult&)>& on_epoch) {
-  at::set_num_threads(1);
+                                              const std::function<void(const EpochResult&)>& on_epoch, int threads) {
+  at::set_num_threads(threads);
   const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
   const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
   int64_t steps = steps_per_epoch(train.size(), trainers, cfg.batch);

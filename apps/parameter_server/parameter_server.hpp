@@ -155,8 +155,11 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
 double async_momentum(double asked, int64_t trainers);
 
 /// The same model, data and seed trained in one process with libtorch's
-/// SGD on batches of `batch * trainers` (what a sync round averages).
+/// SGD on batches of `batch * trainers` (what a sync round averages), on
+/// `threads` intra-op threads (castor-bench gives it the machine's cores:
+/// the same arithmetic with no messages is the limit training can reach).
 std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
-                                              const std::function<void(const EpochResult&)>& on_epoch = {});
+                                              const std::function<void(const EpochResult&)>& on_epoch = {},
+                                              int threads = 1);
 
 }  // namespace castor::apps::ps

@@ -1,0 +1,208 @@
+// Note [Pipeline]: the stages are RemoteModules; micro-batch i's stage 1
+// output stays on stage 1 as an RRef, stage 2 fetches it straight from there,
+// and only stage 2's logits come back to the driver. While stage 2 works on
+// micro-batch i, stage 1 already computes i + 1. Backward runs through both
+// stages by distributed autograd; one DistributedOptimizer steps both.
+#include "apps/pipeline/pipeline.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Parallel.h>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+#include <torch/optim/sgd.h>
+
+#include "apps/common/progress.hpp"
+#include "engine/context.hpp"
+#include "optimizer/dist_optimizer.hpp"
+#include "optimizer/remote_module.hpp"
+
+namespace castor::apps::pipeline {
+
+// Each stage's forward sets its intra-op threads on the thread that runs it
+// (OpenMP's setting is per thread): one where three processes share the
+// host's cores, more in the single-process reference.
+struct FirstStageImpl : torch::nn::Module {
+  FirstStageImpl(int64_t in, int64_t out) : fc(register_module("fc", torch::nn::Linear(in, out))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    at::set_num_threads(threads);
+    return at::relu(fc(x));
+  }
+  torch::nn::Linear fc;
+  int threads = 1;
+};
+TORCH_MODULE(FirstStage);
+
+struct SecondStageImpl : torch::nn::Module {
+  SecondStageImpl(int64_t in, int64_t hidden)
+      : fc1(register_module("fc1", torch::nn::Linear(in, hidden))),
+        fc2(register_module("fc2", torch::nn::Linear(hidden, 10))) {}
+  at::Tensor forward(const at::Tensor& x) {
+    at::set_num_threads(threads);
+    return fc2(at::relu(fc1(x)));
+  }
+  torch::nn::Linear fc1, fc2;
+  int threads = 1;
+};
+TORCH_MODULE(SecondStage);
+
+}  // namespace castor::apps::pipeline
+
+CASTOR_REMOTE_MODULE(castor::apps::pipeline::FirstStage, int64_t, int64_t);
+CASTOR_REMOTE_MODULE(castor::apps::pipeline::SecondStage, int64_t, int64_t);
+
+namespace castor::apps::pipeline {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct Pipeline {
+  nn::RemoteModule<FirstStage> first;
+  nn::RemoteModule<SecondStage> second;
+
+  // Starts every micro-batch at once; each flows stage 1 -> stage 2 as soon
+  // as the stage is free. Returns the logits of the whole batch.
+  at::Tensor forward(const at::Tensor& batch, int64_t micro_batches) const {
+    std::vector<Future<at::Tensor>> outputs;
+    for (const auto& part : batch.chunk(micro_batches)) {
+      auto hidden = first.module_rref().remote(&nn::ModuleHost<FirstStage>::forward, part);
+      outputs.push_back(second.module_rref().rpc_async(&nn::ModuleHost<SecondStage>::forward, hidden));
+    }
+    std::vector<at::Tensor> logits;
+    for (auto& f : outputs) logits.push_back(f.wait());
+    return at::cat(logits);
+  }
+};
+
+using LogitsOf = std::function<at::Tensor(const at::Tensor&)>;
+
+// Test accuracy, 1000 samples at a time through `logits_of`.
+double accuracy(const Dataset& test, const LogitsOf& logits_of) {
+  int64_t correct = 0;
+  for (int64_t at = 0; at < test.size(); at += 1000) {
+    auto images = test.images.slice(0, at, at + 1000);
+    auto labels = test.labels.slice(0, at, at + 1000);
+    correct += logits_of(images).argmax(1).eq(labels).sum().item<int64_t>();
+  }
+  return double(correct) / double(test.size());
+}
+
+int64_t steps_per_epoch(const Dataset& train, const PipelineConfig& cfg) {
+  int64_t steps = train.size() / cfg.batch;
+  if (steps < 1) throw std::invalid_argument("pipeline: fewer training samples than --batch-size");
+  return steps;
+}
+
+at::Tensor loss_of(const at::Tensor& logits, const at::Tensor& labels) {
+  return at::nll_loss(at::log_softmax(logits, 1), labels);
+}
+
+// One epoch over `train` in the order of the generator: `step(images,
+// labels)` trains on one batch and returns its loss; then the test accuracy
+// through `logits_of`.
+CurvePoint run_epoch(const PipelineConfig& cfg, int64_t epoch, const Dataset& train, const Dataset& test,
+                     at::Generator& gen, const std::function<double(const at::Tensor&, const at::Tensor&)>& step,
+                     const LogitsOf& logits_of) {
+  int64_t steps = steps_per_epoch(train, cfg);
+  ProgressBar bar("epoch " + std::to_string(epoch) + "/" + std::to_string(cfg.epochs), steps, cfg.progress);
+  auto order = at::randperm(train.size(), gen, at::kLong);
+  auto start = Clock::now();
+  double loss_sum = 0;
+  for (int64_t s = 0; s < steps; ++s) {
+    auto idx = order.slice(0, s * cfg.batch, (s + 1) * cfg.batch);
+    loss_sum += step(train.images.index_select(0, idx), train.labels.index_select(0, idx));
+    char note[48];
+    std::snprintf(note, sizeof(note), "loss %.4f", loss_sum / double(s + 1));
+    bar.update(s + 1, note);
+  }
+  double seconds = seconds_since(start);
+  CurvePoint point{double(epoch), loss_sum / double(steps), accuracy(test, logits_of), seconds,
+                   double(steps * cfg.batch) / seconds};
+  char note[128];
+  std::snprintf(note, sizeof(note), "loss %.4f  test accuracy %.4f  %.0f samples/s", point.loss, point.accuracy,
+                point.samples_per_s);
+  bar.finish(note);
+  return point;
+}
+
+}  // namespace
+
+void check(const PipelineConfig& cfg) {
+  if (cfg.epochs < 1 || cfg.batch < 1 || cfg.micro_batches < 1 || cfg.micro_batches > cfg.batch ||
+      cfg.hidden1 < 1 || cfg.hidden2 < 1)
+    throw std::invalid_argument("--epochs, --batch-size, --hidden1, --hidden2 must be positive and "
+                                "1 <= --micro-batches <= --batch-size");
+}
+
+std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
+                                     const std::function<void(const CurvePoint&)>& on_epoch) {
+  check(cfg);
+  at::set_num_threads(1);
+  const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
+  const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
+  steps_per_epoch(train, cfg);
+  Pipeline p{nn::RemoteModule<FirstStage>(w, cfg.stage1_rank, 784, cfg.hidden1),
+             nn::RemoteModule<SecondStage>(w, cfg.stage2_rank, cfg.hidden1, cfg.hidden2)};
+  std::vector<RRef<at::Tensor>> params = p.first.parameter_rrefs();
+  for (auto& r : p.second.parameter_rrefs()) params.push_back(r);
+  optim::SGD spec{cfg.lr};
+  spec.momentum = cfg.momentum;
+  optim::DistributedOptimizer optimizer(w, spec, params);
+
+  auto gen = at::detail::createCPUGenerator(uint64_t(cfg.seed));
+  std::vector<CurvePoint> points;
+  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
+      autograd::Context ctx(w);
+      auto loss = loss_of(p.forward(images, cfg.micro_batches), labels);
+      ctx.backward({loss});
+      optimizer.step(ctx.id());
+      return loss.item<double>();
+    };
+    auto logits_of = [&](const at::Tensor& images) { return p.forward(images, cfg.micro_batches); };
+    auto point = run_epoch(cfg, epoch, train, test, gen, train_step, logits_of);
+    points.push_back(point);
+    if (on_epoch) on_epoch(point);
+  }
+  return points;
+}
+
+std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg, int threads) {
+  check(cfg);
+  const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
+  const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
+  FirstStage first(784, cfg.hidden1);
+  SecondStage second(cfg.hidden1, cfg.hidden2);
+  first->threads = second->threads = threads;
+  at::set_num_threads(threads);
+  auto params = first->parameters();
+  for (auto& t : second->parameters()) params.push_back(t);
+  torch::optim::SGD sgd(params, torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
+
+  auto gen = at::detail::createCPUGenerator(uint64_t(cfg.seed));
+  std::vector<CurvePoint> points;
+  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
+    auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
+      sgd.zero_grad();
+      auto loss = loss_of(second(first(images)), labels);
+      loss.backward();
+      sgd.step();
+      return loss.item<double>();
+    };
+    auto logits_of = [&](const at::Tensor& images) {
+      at::NoGradGuard no_grad;
+      return second(first(images));
+    };
+    points.push_back(run_epoch(cfg, epoch, train, test, gen, train_step, logits_of));
+  }
+  return points;
+}
+
+}  // namespace castor::apps::pipeline

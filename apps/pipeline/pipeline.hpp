@@ -1,0 +1,47 @@
+// The pipeline app's training, callable from the app and from castor-bench:
+// an MLP 784-H1-H2-10 split into two stages on two workers (stage 1 the first
+// layer, stage 2 the rest); the driver (rank 0) cuts each batch into
+// micro-batches and chains them through the stages without waiting.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "actors/api/worker.hpp"
+#include "apps/common/fashion_mnist.hpp"
+#include "apps/common/training_log.hpp"
+
+namespace castor::apps::pipeline {
+
+struct PipelineConfig {
+  int64_t epochs = 2;
+  int64_t batch = 128;        // samples per step
+  int64_t micro_batches = 4;  // per step, in flight together
+  int64_t hidden1 = 256;      // stage 1 width
+  int64_t hidden2 = 128;      // stage 2 hidden width
+  double lr = 0.05;
+  double momentum = 0.9;
+  int64_t seed = 1;           // the order of the samples
+  int64_t limit = -1;         // training samples used (all when <= 0)
+  int64_t test_limit = -1;    // test samples used (all when <= 0)
+  std::string data_dir = default_fashion_mnist_dir();
+  bool progress = true;
+  int64_t stage1_rank = 1;
+  int64_t stage2_rank = 2;
+};
+
+/// Refuses settings out of range (std::invalid_argument naming the flags).
+void check(const PipelineConfig& cfg);
+
+/// Trains on the driver `w` (rank 0) through the stages' owners; one point
+/// per epoch (training loss, test accuracy, seconds, samples/s).
+std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
+                                     const std::function<void(const CurvePoint&)>& on_epoch = {});
+
+/// The same model, data, order and batch in this one process with libtorch
+/// on `threads` intra-op threads (micro-batches do not apply).
+std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg, int threads);
+
+}  // namespace castor::apps::pipeline

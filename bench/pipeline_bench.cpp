@@ -1,0 +1,45 @@
+// castor-bench pipeline: the pipeline app (two stages on two workers, the
+// driver on a third) at 1, 4 and 8 micro-batches per batch of 128, samples/s
+// as the median over epochs; beside it the same model, data and batch in
+// this one process with libtorch (the faster of 1 thread and the machine's
+// cores). Pipelining pays when samples/s rise with micro-batches until the
+// stages overlap.
+#include "apps/pipeline/pipeline.hpp"
+#include "bench_suites.hpp"
+
+namespace castor::bench {
+
+namespace {
+
+double median_rate(const std::vector<apps::CurvePoint>& points) {
+  std::vector<double> rates;
+  for (const auto& p : points) rates.push_back(p.samples_per_s);
+  return median(rates);
+}
+
+}  // namespace
+
+std::vector<Figure> bench_pipeline(const Options& opts) {
+  apps::pipeline::PipelineConfig cfg;
+  cfg.epochs = train_epochs(opts.reps) - 1;
+  cfg.progress = false;
+  std::vector<Figure> out;
+  // First, before any worker process shares the cores.
+  double single = best_reference("pipeline_single_process", [&](int threads) {
+    return median_rate(apps::pipeline::train_pipeline_single_process(cfg, threads));
+  }, out);
+  std::map<int64_t, double> rates;
+  BenchWorld world(opts, 3);
+  for (int64_t micro : {1, 4, 8}) {
+    cfg.micro_batches = micro;
+    auto points = apps::pipeline::run_pipeline(world.self(), cfg);
+    rates[micro] = median_rate(points);
+    out.emplace_back("pipeline_mb" + std::to_string(micro) + "_samples_per_s", rates[micro], Better::higher);
+    out.emplace_back("pipeline_mb" + std::to_string(micro) + "_test_accuracy", points.back().accuracy, Better::higher);
+  }
+  out.emplace_back("pipeline_mb4_over_mb1", rates[4] / rates[1], Better::higher);
+  out.emplace_back("pipeline_mb4_of_single_process", rates[4] / single, Better::higher);
+  return out;
+}
+
+}  // namespace castor::bench
