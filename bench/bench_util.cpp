@@ -68,18 +68,40 @@ double median_us(int n, const std::function<void()>& f, int warmup) {
   return median(std::move(samples));
 }
 
+namespace {
+
+// Starts this binary with `args` after argv[0]; -1 if it cannot.
+int spawn_self(const Options& opts, std::vector<std::string> args) {
+  args.insert(args.begin(), opts.self_path);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int pid = -1;
+  return posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0 ? pid : -1;
+}
+
+}  // namespace
+
+double process_start_ms(const Options& opts, int count) {
+  auto t = std::chrono::steady_clock::now();
+  std::vector<int> pids;
+  for (int i = 0; i < count; ++i)
+    if (int pid = spawn_self(opts, {"_start"}); pid > 0) pids.push_back(pid);
+  for (int pid : pids) {
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
 BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak,
                        AutogradMode mode) {
   auto port = free_port();
-  for (int r = 1; r < world_size; ++r) {
-    std::vector<std::string> args{opts.self_path, "_worker", std::to_string(r), std::to_string(world_size),
-                                  std::to_string(port), to_string(mode)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    int pid = -1;
-    if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0) pids_.push_back(pid);
-  }
+  for (int r = 1; r < world_size; ++r)
+    if (int pid = spawn_self(opts, {"_worker", std::to_string(r), std::to_string(world_size), std::to_string(port),
+                                    to_string(mode)});
+        pid > 0)
+      pids_.push_back(pid);
   auto o = bench_options(0, world_size, port);
   if (tweak) tweak(o);
   worker_.emplace(init_rpc(o));

@@ -52,6 +52,11 @@ class BenchWorld {
   std::optional<Worker> worker_;
 };
 
+/// Floor of a world's init: milliseconds until `count` processes of this
+/// binary, started at once, have loaded (libtorch's and CAF's static
+/// initialisation included) and exited (`castor-bench _start`).
+double process_start_ms(const Options& opts, int count);
+
 /// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT MODE`).
 int run_peer(int argc, char** argv);
 
