@@ -251,9 +251,14 @@ const ClusterWorker& ClusterFile::worker(const std::string& name) const {
   throw ConfigError(path + ": no worker named '" + name + "' (the file has: " + known + ")");
 }
 
-WorkerOptions ClusterFile::options_for(const std::string& name) const {
+WorkerOptions ClusterFile::options_for(const std::string& name, WorkerOptions base) const {
   const auto& me = worker(name);
-  WorkerOptions o = shared;
+  WorkerOptions o = std::move(base);
+  if (!options_json.empty()) {
+    Reader r(path);  // read once already: its warnings were given then
+    read_options(r, json::parse(options_json), o);
+  }
+  o.secret = shared.secret;  // every worker of the job must hold the same one
   o.name = me.name;
   o.rank = me.rank;
   o.world_size = int(workers.size());
@@ -286,7 +291,10 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
     r.fail("workers", "expected a non-empty list of workers, got " + Reader::describe(workers));
   TlsOptions tls = root.contains("tls") ? read_tls(r, root["tls"], "tls", TlsOptions{}) : TlsOptions{};
   for (size_t i = 0; i < workers.size(); ++i) out.workers.push_back(read_worker(r, workers[i], i, runs, args, tls));
-  if (root.contains("options")) read_options(r, root["options"], out.shared);
+  if (root.contains("options")) {
+    read_options(r, root["options"], out.shared);
+    out.options_json = root["options"].dump();
+  }
   out.shared.secret = read_secret(r, root);
 
   // Names, ranks and addresses are unique; ranks are 0..n-1.

@@ -55,14 +55,18 @@ struct ClusterFile {
   std::string path;
   std::vector<ClusterWorker> workers;  // by rank
   WorkerOptions shared;                // the "options" section, and the secret
+  std::string options_json;            // the "options" section as written ("" if none)
   std::vector<std::string> warnings;   // unknown keys, each naming file and field
 
   /// The worker called `name`; throws ConfigError naming the file and the
   /// known names when there is none.
   const ClusterWorker& worker(const std::string& name) const;
 
-  /// Everything init_rpc needs to start `name` as part of this job.
-  WorkerOptions options_for(const std::string& name) const;
+  /// Everything init_rpc needs to start `name` as part of this job. The
+  /// file gives the world (names, ranks, addresses, TLS, the secret), and its
+  /// "options" win over `base`'s; `base` (a program's own options, see
+  /// init_rpc_from_env) gives every option the file does not name.
+  WorkerOptions options_for(const std::string& name, WorkerOptions base = {}) const;
 };
 
 /// A malformed file or value; what() names the file and the field.

@@ -18,8 +18,10 @@ namespace castor {
 // variables, and init_rpc_from_env reads the first set present:
 //  V0. castor launch's and castor worker's, for a cluster file's "program":
 //      CASTOR_CLUSTER_FILE and CASTOR_WORKER (CASTOR_LOCAL=1 for --local).
-//      The file gives every option, as it does to its apps; the caller's
-//      WorkerOptions are not used.
+//      The file gives the world (names, ranks, addresses, TLS, the secret:
+//      every worker of the job must agree on them) and its "options" win
+//      over the caller's WorkerOptions, which give every option the file
+//      does not name (a program's own timeouts, threads, CAF settings).
 //  V1. torchrun's (castor run sets the same): RANK, WORLD_SIZE, MASTER_ADDR,
 //      MASTER_PORT, LOCAL_RANK. Once RANK or WORLD_SIZE is set, the first
 //      four are required (the last two not when the caller's WorkerOptions
@@ -205,7 +207,7 @@ Worker init_rpc_from_env(WorkerOptions base) {
     if (!name || !*name) detail::refuse("CASTOR_CLUSTER_FILE is set but CASTOR_WORKER is not");
     WorkerOptions opts;
     try {
-      opts = config::load_cluster_file(file).options_for(name);
+      opts = config::load_cluster_file(file).options_for(name, std::move(base));
     } catch (const config::ConfigError& e) {
       detail::refuse(e.what());
     }

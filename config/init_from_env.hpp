@@ -26,6 +26,9 @@ struct LaunchEnv {
 /// Joins the world that this process' launcher describes; `base` gives the
 /// other options, and what it sets (rank, world_size, master) wins over the
 /// environment. The worker is called "worker<rank>" unless `base` names it.
+/// Started from a cluster file (CASTOR_CLUSTER_FILE, V0) the file gives the
+/// world (names, ranks, addresses, TLS, the secret) and its "options" win
+/// over `base`'s; `base` still gives every option the file does not name.
 /// Throws RpcError (ErrorKind::Lookup) naming the variable at fault.
 Worker init_rpc_from_env(WorkerOptions base = {});
 

@@ -13,7 +13,8 @@
 //      as the function takes (a trailing castor::Timeout aside) and that
 //      each converts to its parameter (as the string form allows, a T
 //      where an RRef<T> is taken, and an RRef<T> where a T is taken: the
-//      callee resolves it to its value), and converts each to its parameter's
+//      callee resolves it to its value, so T must be one that the
+//      parameter's type reads back, see value_fits), and converts each to its parameter's
 //      type before it travels (an int given for a double goes as a
 //      double); the result is R, or V for a function returning Future<V>. The static_assert says which rule failed; the
 //      compiler's note "required from ..." shows both type lists.
@@ -41,8 +42,10 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "actors/api/function_traits.hpp"
 #include "actors/api/future.hpp"
@@ -122,23 +125,52 @@ struct without_timeout<A0, As...> {
                                   typename prepend<A0, typename without_timeout<As...>::type>::type>;
 };
 
-template <class P>
-struct rref_target {
+/// T for Box<T> (RRef<T>, std::optional<T>, std::vector<T>), else void.
+template <template <class...> class Box, class P>
+struct boxed {
   using type = void;
 };
-template <class T>
-struct rref_target<RRef<T>> {
+template <template <class...> class Box, class T, class... Rest>
+struct boxed<Box, Box<T, Rest...>> {
   using type = T;
 };
+
+template <class T>
+constexpr bool is_plain_integer = std::is_integral<T>::value && !std::is_same<T, bool>::value;
+
+/// Whether a G that an RRef's owner sends as its value (ValueTraits<G>::
+/// to_value) is taken by the callee's ValueTraits<P>::from_value: the same
+/// type, an integer for an integer (range-checked there) or for a floating
+/// point, a floating point for a floating point, a G for an optional<G'>,
+/// and lists of such. Narrower than C++'s conversions, which would let
+/// RRef<double> pass for an int64_t and fail only on the callee.
+template <class G, class P>
+constexpr bool value_fits() {
+  using OptionalOf = typename boxed<std::optional, P>::type;
+  using ListOfP = typename boxed<std::vector, P>::type;
+  using ListOfG = typename boxed<std::vector, G>::type;
+  if constexpr (std::is_same<G, P>::value)
+    return true;
+  else if constexpr (std::is_floating_point<P>::value)
+    return is_plain_integer<G> || std::is_floating_point<G>::value;
+  else if constexpr (is_plain_integer<P>)
+    return is_plain_integer<G>;
+  else if constexpr (!std::is_void<OptionalOf>::value)
+    return value_fits<G, OptionalOf>();
+  else if constexpr (!std::is_void<ListOfP>::value && !std::is_void<ListOfG>::value)
+    return value_fits<ListOfG, ListOfP>();
+  else
+    return false;
+}
 
 template <class P, class A>
 constexpr bool argument_fits() {
   using Param = std::decay_t<P>;
   if constexpr (std::is_convertible<A, Param>::value) return true;
-  using Target = typename rref_target<Param>::type;  // a T is sent where an RRef<T> is taken
+  using Target = typename boxed<RRef, Param>::type;  // a T is sent where an RRef<T> is taken
   if constexpr (!std::is_void<Target>::value) return std::is_convertible<A, Target>::value;
-  using Given = typename rref_target<std::decay_t<A>>::type;  // an RRef<T> where a T is taken: resolved there
-  if constexpr (!std::is_void<Given>::value) return std::is_convertible<Given, Param>::value;
+  using Given = typename boxed<RRef, std::decay_t<A>>::type;  // an RRef<T> where a T is taken: resolved there
+  if constexpr (!std::is_void<Given>::value) return value_fits<Given, Param>();
   return false;
 }
 

@@ -17,7 +17,9 @@ po::options_description declared_flags(const App& app) {
 }
 
 Flags parse_app_flags(const App& app, const std::vector<std::string>& args) {
-  return parse_flags(declared_flags(app), args);
+  auto flags = parse_flags(declared_flags(app), args);
+  if (app.check) app.check(flags);  // F5
+  return flags;
 }
 
 }  // namespace castor::apps

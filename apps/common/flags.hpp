@@ -13,6 +13,10 @@
 //      (--hid for --hidden); a typo must fail, not pick a flag.
 //  F4. A flag that takes a value takes the next argument unless that is
 //      itself a declared flag: --limit -1 is a negative number.
+//  F5. An app's values are checked as well as their types (App::check:
+//      ranges and choices) wherever its flags are parsed, so castor run and
+//      castor launch refuse --micro-batches 0 as they refuse
+//      --micro-batches x, before any worker starts.
 #pragma once
 
 #include <optional>

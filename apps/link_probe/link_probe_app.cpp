@@ -144,13 +144,19 @@ void declare_flags(castor::apps::po::options_description& flags) {
        "limit of each call and backward pass");
 }
 
+// F5 of Note [Flags].
+void check_flags(const castor::apps::Flags& args) {
+  if (args.get<int64_t>("duration-ms") < 0 || args.get<int64_t>("interval-ms") < 0 ||
+      args.get<int64_t>("call-timeout-ms") <= 0)
+    throw std::invalid_argument("--duration-ms and --interval-ms must be >= 0, --call-timeout-ms > 0");
+}
+
 int run_probe(castor::Worker& w, const castor::apps::Flags& args) {
+  check_flags(args);
   if (w.rank() != 0) return 0;  // the others serve until rank 0 is done
   auto duration = std::chrono::milliseconds(args.get<int64_t>("duration-ms"));
   auto interval = std::chrono::milliseconds(args.get<int64_t>("interval-ms"));
   castor::Timeout timeout{std::chrono::milliseconds(args.get<int64_t>("call-timeout-ms"))};
-  if (duration.count() < 0 || interval.count() < 0 || timeout.value.count() <= 0)
-    throw std::invalid_argument("link-probe: --duration-ms and --interval-ms must be >= 0, --call-timeout-ms > 0");
 
   std::vector<PeerStats> peers;
   std::string names;
@@ -190,6 +196,6 @@ int run_probe(castor::Worker& w, const castor::apps::Flags& args) {
 castor::apps::AppRegistrar registrar{castor::apps::App{
     "link-probe",
     "rank 0 probes every other worker (RPC, RRef, distributed autograd) for a fixed time, one line per round", 3,
-    declare_flags, run_probe}};
+    declare_flags, run_probe, check_flags}};
 
 }  // namespace

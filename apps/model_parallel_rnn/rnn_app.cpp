@@ -96,13 +96,20 @@ optim::Spec spec_from(const Flags& flags) {
   throw std::invalid_argument("--optimizer must be adam or sgd, got '" + name + "'");
 }
 
+// F5 of Note [Flags].
+void check_flags(const Flags& args) {
+  spec_from(args);
+  for (const char* name : {"steps", "batch-size", "seq-len", "embed", "hidden"})
+    if (args.get<int64_t>(name) < 1) throw std::invalid_argument("--" + std::string(name) + " must be at least 1");
+  if (args.get<int64_t>("vocab") < 2) throw std::invalid_argument("--vocab must be at least 2");
+}
+
 int run(Worker& w, const Flags& args) {
+  check_flags(args);
   auto spec = spec_from(args);
   int64_t steps = args.get<int64_t>("steps"), batch = args.get<int64_t>("batch-size");
   int64_t length = args.get<int64_t>("seq-len"), vocab = args.get<int64_t>("vocab");
   int64_t embed = args.get<int64_t>("embed"), hidden = args.get<int64_t>("hidden");
-  if (steps < 1 || batch < 1 || length < 1 || vocab < 2 || embed < 1 || hidden < 1)
-    throw std::invalid_argument("--steps, --batch-size, --seq-len, --embed, --hidden must be positive, --vocab >= 2");
   if (w.rank() != 0) return 0;  // the parts' owners serve until the trainer is done
   if (w.world_size() < 2) throw std::invalid_argument("rnn: needs at least 2 workers");
   int64_t ps = 1, lstm_owner = w.world_size() >= 3 ? 2 : 1;  // ranks
@@ -154,7 +161,7 @@ int run(Worker& w, const Flags& args) {
 
 AppRegistrar registrar{
     App{"rnn", "the RFC's model-parallel RNN: embedding + decoder on worker1, LSTM on worker2, trainer on worker0", 3,
-        declare_flags, run}};
+        declare_flags, run, check_flags}};
 
 }  // namespace
 }  // namespace castor::apps::rnn

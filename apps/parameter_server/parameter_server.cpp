@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -310,6 +312,14 @@ std::vector<EpochResult> resume(Checkpoint& checkpoint, const std::string& setti
   return results;
 }
 
+// How many of an epoch's trainer calls have completed (their callbacks run
+// on executor threads).
+struct Ended {
+  std::mutex mtx;
+  std::condition_variable cv;
+  size_t count = 0;
+};
+
 }  // namespace
 
 std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
@@ -372,6 +382,16 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     for (auto i : active) running.push_back(mesh.call_one(i, &Trainer::train_epoch, epoch, steps, epoch_timeout));
     // Each trainer's end as it comes: a failure is seen at once, not after
     // the trainers before it (who may wait in a round for the failed one).
+    // A completion wakes the driver at once (the epoch's time stops then),
+    // else the progress bar is redrawn every 50 ms.
+    auto ended = std::make_shared<Ended>();
+    for (auto& f : running)
+      f.on_complete([ended] {
+        std::lock_guard<std::mutex> lock(ended->mtx);
+        ++ended->count;
+        ended->cv.notify_all();
+      });
+    size_t seen = 0;
     std::vector<bool> settled(running.size(), false);
     for (size_t open = running.size(); open > 0;) {
       for (size_t i = 0; i < running.size(); ++i) {
@@ -386,7 +406,11 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
         }
       }
       if (open == 0) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      {
+        std::unique_lock<std::mutex> lock(ended->mtx);
+        ended->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return ended->count > seen; });
+        seen = ended->count;
+      }
       auto done = ps.updates();
       char note[64];
       std::snprintf(note, sizeof(note), "%.0f samples/s", double(done * cfg.batch) / seconds_since(start));

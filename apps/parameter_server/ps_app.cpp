@@ -77,7 +77,7 @@ PsConfig config_from(const Flags& flags) {
 }
 
 int run(Worker& w, const Flags& args) {
-  auto cfg = config_from(args);  // every rank checks its flags
+  auto cfg = config_from(args);
   if (w.rank() != 0) return 0;    // trainers serve until the server is done
   int64_t trainers = w.world_size() - 1;
   std::printf("parameter server on %s, %lld trainer(s), %s mode, MLP 784-%lld-10, SGD lr %g (x%g per epoch) momentum %g, batch %lld\n",
@@ -120,7 +120,7 @@ int run(Worker& w, const Flags& args) {
 }
 
 AppRegistrar registrar{App{"parameter-server", "Fashion-MNIST MLP on a parameter server (rank 0) and N-1 trainers",
-                            3, declare_flags, run}};
+                            3, declare_flags, run, [](const Flags& flags) { config_from(flags); }}};
 
 }  // namespace
 }  // namespace castor::apps::ps

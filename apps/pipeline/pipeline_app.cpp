@@ -31,7 +31,9 @@ void declare_flags(po::options_description& flags) {
       ("no-progress", po::bool_switch(), "no progress bar");
 }
 
-int run(Worker& w, const Flags& args) {
+// The settings of the flags; throws std::invalid_argument for values out of
+// range (F5).
+PipelineConfig config_from(const Flags& args) {
   PipelineConfig cfg;
   cfg.epochs = args.get<int64_t>("epochs");
   cfg.batch = args.get<int64_t>("batch-size");
@@ -46,6 +48,11 @@ int run(Worker& w, const Flags& args) {
   cfg.data_dir = args.get<std::string>("data");
   cfg.progress = !args.get<bool>("no-progress");
   check(cfg);
+  return cfg;
+}
+
+int run(Worker& w, const Flags& args) {
+  auto cfg = config_from(args);
   if (w.rank() != 0) return 0;  // the stages' owners serve until the driver is done
   if (w.world_size() < 2) throw std::invalid_argument("pipeline: needs at least 2 workers");
   cfg.stage1_rank = 1;
@@ -66,7 +73,7 @@ int run(Worker& w, const Flags& args) {
 
 AppRegistrar registrar{App{
     "pipeline", "Fashion-MNIST MLP split into two stages on worker1 and worker2, micro-batches chained with rpc_async",
-    3, declare_flags, run}};
+    3, declare_flags, run, [](const Flags& flags) { config_from(flags); }}};
 
 }  // namespace
 }  // namespace castor::apps::pipeline

@@ -70,6 +70,6 @@ int run_tour(castor::Worker& w, const castor::apps::Flags&) {
 }
 
 castor::apps::AppRegistrar tour{castor::apps::App{
-    "rpc-tour", "the RFC's calls (sync, async, nested, remote error) on three workers", 3, nullptr, run_tour}};
+    "rpc-tour", "the RFC's calls (sync, async, nested, remote error) on three workers", 3, nullptr, run_tour, nullptr}};
 
 }  // namespace

@@ -356,19 +356,27 @@ TEST_CASE("castor run refuses bad input before starting workers, naming the caus
       {{"inspect", "127.0.0.1:1", "127.0.0.1:2"}, "castor inspect: unexpected argument '127.0.0.1:2' (see --help)"},
       // F2: once, whichever side of the app
       {{"run", "-n", "2", "parameter-server", "-n", "3"}, "option '--workers' cannot be specified more than once"},
+      // F5: values out of range or choice, refused as early as a value of the wrong type
+      {{"run", "parameter-server", "--workers", "2", "--mode", "sideways"},
+       "castor run parameter-server: --mode must be sync or async, got 'sideways'"},
+      {{"run", "parameter-server", "--workers", "2", "--epochs", "-1"},  // F4: -1 is a value
+       "castor run parameter-server: --epochs and --batch-size must be at least 1"},
+      {{"run", "pipeline", "--micro-batches", "0"},
+       "castor run pipeline: --epochs, --batch-size, --hidden1, --hidden2 must be positive and 1 <= --micro-batches "
+       "<= --batch-size"},
+      {{"run", "rnn", "--vocab", "1"}, "castor run rnn: --vocab must be at least 2"},
+      {{"run", "rnn", "--optimizer", "rmsprop"}, "castor run rnn: --optimizer must be adam or sgd, got 'rmsprop'"},
+      {{"run", "link-probe", "--call-timeout-ms", "0"},
+       "castor run link-probe: --duration-ms and --interval-ms must be >= 0, --call-timeout-ms > 0"},
   };
   for (const auto& refusal : refusals) {
     auto refused = run_castor(refusal.args);
     INFO(refused.output);
     CHECK(refused.code == 2);
     CHECK_MESSAGE(contains(refused.output, refusal.message), refusal.message);
+    const std::string started = "a worker started for: " + refusal.message;
+    CHECK_MESSAGE(!contains(refused.output, "[worker0]"), started);
   }
-  auto r = run_castor({"run", "parameter-server", "--workers", "2", "--mode", "sideways"});
-  CHECK(r.code != 0);
-  CHECK(contains(r.output, "--mode must be sync or async, got 'sideways'"));
-  r = run_castor({"run", "parameter-server", "--workers", "2", "--epochs", "-1"});  // F4: -1 is a value
-  CHECK(r.code != 0);
-  CHECK(contains(r.output, "--epochs and --batch-size must be at least 1"));
 }
 
 TEST_CASE("every app documents every flag it takes in --help") {
@@ -454,6 +462,10 @@ TEST_CASE("castor launch and castor worker refuse a bad cluster file before star
   r = run_castor({"launch", file, "--local"});
   CHECK(r.code == 2);
   CHECK(contains(r.output, "args: unknown flag --help"));
+  file = write_cluster_file("bad-value", "\"app\": \"parameter-server\", \"args\": [\"--checkpoint-every\", \"0\"]");
+  r = run_castor({"launch", file, "--local"});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "args: --checkpoint-every must be at least 1"));  // F5
   file = write_cluster_file("good", "\"app\": \"rpc-tour\"");
   r = run_castor({"worker", "--config", file, "--name", "nobody"});
   CHECK(r.code == 2);

@@ -32,6 +32,8 @@ at::Tensor an_rref_for_a_tensor(castor::Worker& w, castor::RRef<at::Tensor> r, a
   return w.rpc_sync("worker1", t_add, r, a);
 }
 at::Tensor a_tensor_for_an_rref(castor::Worker& w, at::Tensor a) { return w.rpc_sync(1, t_first, a); }
+CASTOR_FUNCTION(t_half, [](double x) { return x / 2; });
+double an_int_rref_for_a_double(castor::Worker& w, castor::RRef<int64_t> r) { return w.rpc_sync(1, t_half, r); }
 
 #if CASTOR_CASE == 1
 // expect: castor: this call gives a different number of arguments than the function or method takes
@@ -56,6 +58,12 @@ int64_t a_method_argument(castor::RRef<user::Counter> c) { return c.rpc_sync(&us
 #elif CASTOR_CASE == 7
 // expect: castor: remote<T>(worker, args...) constructs T, but T has no constructor taking these arguments
 castor::RRef<user::Counter> no_such_constructor(castor::Worker& w) { return w.remote<user::Counter>(1, 1.5, 2.5); }
+#elif CASTOR_CASE == 8
+// expect: castor: an argument of this call does not convert to the type of its parameter
+// (C++ converts a double to an int64_t, but the callee reads an RRef<double>'s value back as a double only)
+int64_t a_double_rref_for_an_integer(castor::RRef<user::Counter> c, castor::RRef<double> k) {
+  return c.rpc_sync(&user::Counter::add, k);
+}
 #endif
 
 int main() { return 0; }

@@ -72,6 +72,36 @@ TEST_CASE("a cluster file gives each worker its options, rank 0 serving the rend
                        "/etc/castor/job.json: no worker named 'nobody' (the file has: ps, trainer)", ConfigError);
 }
 
+TEST_CASE("a program's own options fill what its cluster file does not name, and the file owns the world") {
+  auto file = parse_cluster_file(kGood, "/etc/castor/job.json");
+  castor::WorkerOptions mine;
+  mine.name = "someone-else";
+  mine.rank = 7;
+  mine.world_size = 9;
+  mine.secret = "a-secret-of-my-own-0123";
+  mine.rpc_timeout = std::chrono::milliseconds(99000);   // the file names rpc_timeout_ms: the file wins
+  mine.shutdown_timeout = std::chrono::milliseconds(4321);  // the file is silent: the program's stays
+  mine.intra_op_threads = 3;
+  mine.caf_settings["scheduler.max-threads"] = "8";       // the file's "caf" wins key by key
+  mine.caf_settings["logger.verbosity"] = "quiet";
+  auto o = file.options_for("trainer", mine);
+  CHECK(o.name == "trainer");
+  CHECK(o.rank == 1);
+  CHECK(o.world_size == 2);
+  CHECK(o.host == "10.0.0.2");
+  CHECK(o.master.host == "10.0.0.1");
+  CHECK(o.secret.empty());  // the file has none, so no worker of the job has one
+  CHECK(o.rpc_timeout == std::chrono::milliseconds(1500));
+  CHECK(o.shutdown_timeout == std::chrono::milliseconds(4321));
+  CHECK(o.intra_op_threads == 3);
+  CHECK(o.autograd_mode == castor::AutogradMode::fast);
+  CHECK(o.caf_settings.at("scheduler.max-threads") == "2");
+  CHECK(o.caf_settings.at("logger.verbosity") == "quiet");
+  CHECK(file.warnings.size() == 1);  // reading the options again warns of nothing new
+  // Without a program's options, the same as before.
+  CHECK(file.options_for("trainer").shutdown_timeout == castor::WorkerOptions{}.shutdown_timeout);
+}
+
 TEST_CASE("a malformed cluster file is refused, naming the file and the field") {
   CHECK(error_of("{\"workers\": [").find("/etc/castor/job.json: not valid JSON") == 0);
   CHECK(error_of("[]") == "/etc/castor/job.json: expected a JSON object at the top, got array []");
