@@ -171,6 +171,8 @@ std::map<std::string, double> run_pytorch(const std::vector<std::string>& suites
     } else if (s == "scale") {  // worlds of 8-64 (PyTorch's 64 does not come up here: no figure then)
       auto sc = run_python_json("pytorch_scale_bench.py", "--port " + std::to_string(free_port()));
       out.insert(sc.begin(), sc.end());
+    } else if (s == "pipeline") {
+      continue;  // no PyTorch side: its reference is single-process libtorch, in castor's own figures
     } else {
       micro += " " + s;
     }

@@ -266,7 +266,8 @@ WorkerOptions ClusterFile::options_for(const std::string& name, WorkerOptions ba
   o.port = me.port;
   o.master = Address{workers.front().host, workers.front().port};  // unused by the masterless join below
   o.tls = me.tls;
-  o.metrics_port = me.metrics_port;
+  if (me.metrics_port) o.metrics_port = me.metrics_port;  // the worker's own; else the program's
+  o.cluster.clear();  // the file's world only
   for (const auto& w : workers) o.cluster.push_back(WorkerOptions::Member{w.name, w.host, w.port});  // no master
   return o;
 }

@@ -42,9 +42,9 @@
 #pragma once
 
 #include <cstddef>
-#include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "actors/api/function_traits.hpp"
@@ -55,6 +55,7 @@ namespace castor {
 
 template <class T>
 class RRef;
+class Value;
 
 template <class Signature>
 struct FunctionHandle;
@@ -125,7 +126,7 @@ struct without_timeout<A0, As...> {
                                   typename prepend<A0, typename without_timeout<As...>::type>::type>;
 };
 
-/// T for Box<T> (RRef<T>, std::optional<T>, std::vector<T>), else void.
+/// T for Box<T> (RRef<T>, std::vector<T>), else void.
 template <template <class...> class Box, class P>
 struct boxed {
   using type = void;
@@ -138,29 +139,47 @@ struct boxed<Box, Box<T, Rest...>> {
 template <class T>
 constexpr bool is_plain_integer = std::is_integral<T>::value && !std::is_same<T, bool>::value;
 
+/// T for an optional (std::optional<T>, c10::optional<T>: what has a
+/// value_type and has_value()), else void.
+template <class P, class = void>
+struct optional_value {
+  using type = void;
+};
+template <class P>
+struct optional_value<P, std::void_t<typename P::value_type, decltype(std::declval<const P&>().has_value())>> {
+  using type = typename P::value_type;
+};
+
 /// Whether a G that an RRef's owner sends as its value (ValueTraits<G>::
-/// to_value) is taken by the callee's ValueTraits<P>::from_value: the same
-/// type, an integer for an integer (range-checked there) or for a floating
-/// point, a floating point for a floating point, a G for an optional<G'>,
-/// and lists of such. Narrower than C++'s conversions, which would let
-/// RRef<double> pass for an int64_t and fail only on the callee.
+/// to_value) is taken by the callee's ValueTraits<P>::from_value. Where
+/// from_value's rules are arithmetic they are followed exactly (a bool only
+/// from a bool; an integer from an integer, range-checked there; a floating
+/// point from either), so RRef<double> for an int64_t, which C++ would
+/// convert, fails here and not on the callee. Optionals and lists are looked
+/// into; a Value takes anything; the rest (tensors, strings, tuples, user
+/// structs) fits as C++ converts it.
 template <class G, class P>
 constexpr bool value_fits() {
-  using OptionalOf = typename boxed<std::optional, P>::type;
+  using OptionalOfP = typename optional_value<P>::type;
+  using OptionalOfG = typename optional_value<G>::type;
   using ListOfP = typename boxed<std::vector, P>::type;
   using ListOfG = typename boxed<std::vector, G>::type;
-  if constexpr (std::is_same<G, P>::value)
+  if constexpr (std::is_same<G, P>::value || std::is_same<P, Value>::value)
     return true;
-  else if constexpr (std::is_floating_point<P>::value)
-    return is_plain_integer<G> || std::is_floating_point<G>::value;
+  else if constexpr (std::is_same<P, bool>::value)
+    return std::is_same<G, bool>::value;
   else if constexpr (is_plain_integer<P>)
     return is_plain_integer<G>;
-  else if constexpr (!std::is_void<OptionalOf>::value)
-    return value_fits<G, OptionalOf>();
+  else if constexpr (std::is_floating_point<P>::value)
+    return is_plain_integer<G> || std::is_floating_point<G>::value;
+  else if constexpr (!std::is_void<OptionalOfP>::value && !std::is_void<OptionalOfG>::value)
+    return value_fits<OptionalOfG, OptionalOfP>();
+  else if constexpr (!std::is_void<OptionalOfP>::value)
+    return value_fits<G, OptionalOfP>();
   else if constexpr (!std::is_void<ListOfP>::value && !std::is_void<ListOfG>::value)
     return value_fits<ListOfG, ListOfP>();
   else
-    return false;
+    return std::is_convertible<G, P>::value;
 }
 
 template <class P, class A>

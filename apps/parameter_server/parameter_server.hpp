@@ -156,8 +156,9 @@ double async_momentum(double asked, int64_t trainers);
 
 /// The same model, data and seed trained in one process with libtorch's
 /// SGD on batches of `batch * trainers` (what a sync round averages), on
-/// `threads` intra-op threads (castor-bench gives it the machine's cores:
-/// the same arithmetic with no messages is the limit training can reach).
+/// `threads` intra-op threads (castor-bench runs it on 1 and on the
+/// machine's cores and keeps the faster: the same arithmetic with no
+/// messages is the limit training can reach).
 std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
                                               const std::function<void(const EpochResult&)>& on_epoch = {},
                                               int threads = 1);

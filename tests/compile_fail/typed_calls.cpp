@@ -34,6 +34,20 @@ at::Tensor an_rref_for_a_tensor(castor::Worker& w, castor::RRef<at::Tensor> r, a
 at::Tensor a_tensor_for_an_rref(castor::Worker& w, at::Tensor a) { return w.rpc_sync(1, t_first, a); }
 CASTOR_FUNCTION(t_half, [](double x) { return x / 2; });
 double an_int_rref_for_a_double(castor::Worker& w, castor::RRef<int64_t> r) { return w.rpc_sync(1, t_half, r); }
+// What the callee reads back from an RRef's value fits too: optionals (std
+// and c10) of a fitting type, a Value, a pair for a tuple.
+CASTOR_FUNCTION(t_maybe, [](c10::optional<at::Tensor> t) { return t.has_value(); });
+CASTOR_FUNCTION(t_maybe_number, [](std::optional<double> x) { return x.value_or(0.0); });
+CASTOR_FUNCTION(t_anything, [](castor::Value v) { return std::string(v.type_name()); });
+CASTOR_FUNCTION(t_both, [](std::tuple<int64_t, double> p) { return std::get<0>(p) + std::get<1>(p); });
+void rrefs_read_back(castor::Worker& w, castor::RRef<at::Tensor> t, castor::RRef<std::optional<int>> i,
+                     castor::RRef<int64_t> n, castor::RRef<std::pair<int64_t, double>> p) {
+  w.rpc_sync(1, t_maybe, t);
+  w.rpc_sync(1, t_maybe_number, i);
+  w.rpc_sync(1, t_maybe_number, n);
+  w.rpc_sync(1, t_anything, t);
+  w.rpc_sync(1, t_both, p);
+}
 
 #if CASTOR_CASE == 1
 // expect: castor: this call gives a different number of arguments than the function or method takes

@@ -84,6 +84,8 @@ TEST_CASE("a program's own options fill what its cluster file does not name, and
   mine.intra_op_threads = 3;
   mine.caf_settings["scheduler.max-threads"] = "8";       // the file's "caf" wins key by key
   mine.caf_settings["logger.verbosity"] = "quiet";
+  mine.metrics_port = 9464;  // the file names none for this worker
+  mine.cluster.push_back({"stranger", "10.9.9.9", 1});
   auto o = file.options_for("trainer", mine);
   CHECK(o.name == "trainer");
   CHECK(o.rank == 1);
@@ -97,6 +99,10 @@ TEST_CASE("a program's own options fill what its cluster file does not name, and
   CHECK(o.autograd_mode == castor::AutogradMode::fast);
   CHECK(o.caf_settings.at("scheduler.max-threads") == "2");
   CHECK(o.caf_settings.at("logger.verbosity") == "quiet");
+  CHECK(o.metrics_port == 9464);
+  REQUIRE(o.cluster.size() == 2);  // the file's two workers, not the program's
+  CHECK(o.cluster[0].name == "ps");
+  CHECK(o.cluster[1].name == "trainer");
   CHECK(file.warnings.size() == 1);  // reading the options again warns of nothing new
   // Without a program's options, the same as before.
   CHECK(file.options_for("trainer").shutdown_timeout == castor::WorkerOptions{}.shutdown_timeout);
