@@ -12,6 +12,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -94,15 +97,41 @@ double process_start_ms(const Options& opts, int count) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+BenchCerts::BenchCerts(int workers) {
+  char pattern[] = "/tmp/castor-bench-certs-XXXXXX";
+  if (!::mkdtemp(pattern)) throw std::runtime_error("castor-bench: cannot make a folder for TLS files");
+  dir_ = pattern;
+  auto cmd = "'" + bench_dir() + "/../scripts/make-certs.sh' '" + dir_ + "'";
+  for (int r = 0; r < workers; ++r) cmd += " worker" + std::to_string(r);
+  if (std::system((cmd + " >/dev/null 2>&1").c_str()) != 0)
+    throw std::runtime_error("castor-bench: cannot make TLS files: " + cmd + " failed");
+}
+
+BenchCerts::~BenchCerts() {
+  std::error_code ignored;
+  std::filesystem::remove_all(dir_, ignored);
+}
+
+namespace {
+
+TlsOptions tls_files_of(const std::string& dir, int rank) {
+  auto name = dir + "/worker" + std::to_string(rank);
+  return TlsOptions{name + ".pem", name + ".key", dir + "/ca.pem", ""};
+}
+
+}  // namespace
+
 BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak,
-                       AutogradMode mode) {
+                       AutogradMode mode, const std::string& tls_dir) {
   auto port = free_port();
-  for (int r = 1; r < world_size; ++r)
-    if (int pid = spawn_self(opts, {"_worker", std::to_string(r), std::to_string(world_size), std::to_string(port),
-                                    to_string(mode)});
-        pid > 0)
-      pids_.push_back(pid);
+  for (int r = 1; r < world_size; ++r) {
+    std::vector<std::string> args{"_worker", std::to_string(r), std::to_string(world_size), std::to_string(port),
+                                  to_string(mode)};
+    if (!tls_dir.empty()) args.push_back(tls_dir);
+    if (int pid = spawn_self(opts, args); pid > 0) pids_.push_back(pid);
+  }
   auto o = bench_options(0, world_size, port);
+  if (!tls_dir.empty()) o.tls = tls_files_of(tls_dir, 0);
   if (tweak) tweak(o);
   worker_.emplace(init_rpc(o));
 }
@@ -127,6 +156,7 @@ int run_peer(int argc, char** argv) {
   try {
     auto o = bench_options(std::atoi(argv[2]), std::atoi(argv[3]), uint16_t(std::atoi(argv[4])));
     if (argc > 5) o.autograd_mode = std::string(argv[5]) == "fast" ? AutogradMode::fast : AutogradMode::smart;
+    if (argc > 6) o.tls = tls_files_of(argv[6], o.rank);
     auto w = init_rpc(o);
     w.shutdown();
     return 0;

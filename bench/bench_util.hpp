@@ -36,13 +36,29 @@ struct Options {
 double median_us(int n, const std::function<void()>& f, int warmup = 10);
 double median(std::vector<double> xs);
 
+/// TLS files for a bench world, made as a user makes them
+/// (scripts/make-certs.sh): a CA and certificates for worker0 to
+/// worker<n-1> in a temporary folder, removed with this object.
+class BenchCerts {
+ public:
+  explicit BenchCerts(int workers);
+  ~BenchCerts();
+  BenchCerts(const BenchCerts&) = delete;
+  BenchCerts& operator=(const BenchCerts&) = delete;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+};
+
 /// Starts `count` peer workers (ranks 1..count) as child processes of this
 /// binary and joins as rank 0. The peers serve until rank 0 shuts down.
 class BenchWorld {
  public:
-  /// `mode` is passed to the peer processes too (they must agree).
+  /// `mode` is passed to the peer processes too (they must agree), and so is
+  /// `tls_dir` (a BenchCerts folder: every worker runs TLS; empty: none).
   BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak = {},
-             AutogradMode mode = AutogradMode::smart);
+             AutogradMode mode = AutogradMode::smart, const std::string& tls_dir = {});
   ~BenchWorld();
   Worker& self() { return *worker_; }
   int peer_pid(int rank) const { return pids_.at(size_t(rank - 1)); }
@@ -57,7 +73,7 @@ class BenchWorld {
 /// initialisation included) and exited (`castor-bench _start`).
 double process_start_ms(const Options& opts, int count);
 
-/// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT MODE`).
+/// Entry point of a peer worker process (`castor-bench _worker RANK WORLD PORT MODE [TLS_DIR]`).
 int run_peer(int argc, char** argv);
 
 /// Epochs the train suite runs on each side (the median epoch is reported).

@@ -64,6 +64,37 @@ std::vector<Figure> bench_rpc(const Options& opts) {
     out.push_back({"echo_64MiB_tcp_ms",
                    median_us(7 * r, [&] { tcp_world.self().rpc_sync<at::Tensor>("worker1", "bench_ident", big); }, 2) / 1e3});
   }
+  {
+    // The same in a TLS cluster (B6 of Note [Bulk path]): small calls, the
+    // same-host echo (B7: the bytes move kernel to kernel, addresses inside
+    // the session) and the echo with its bytes encrypted on the socket.
+    BenchCerts certs(2);
+    {
+      BenchWorld tls_world(opts, 2, {}, AutogradMode::smart, certs.dir());
+      auto& t = tls_world.self();
+      out.push_back({"rpc_sync_udf_tls_us",
+                     median_us(3000 * r, [&] { t.rpc_sync<at::Tensor>("worker1", "bench_add", x, x); }, 200)});
+      auto big = at::rand({int64_t(64) * 1024 * 1024 / 4});
+      out.push_back({"echo_64MiB_tls_ms",
+                     median_us(7 * r, [&] { t.rpc_sync<at::Tensor>("worker1", "bench_ident", big); }, 2) / 1e3});
+    }
+    BenchWorld tls_tcp_world(opts, 2, [](WorkerOptions& o) { o.bulk_same_host = false; }, AutogradMode::smart,
+                             certs.dir());
+    auto big = at::rand({int64_t(64) * 1024 * 1024 / 4});
+    out.push_back({"echo_64MiB_tls_tcp_ms",
+                   median_us(7 * r, [&] { tls_tcp_world.self().rpc_sync<at::Tensor>("worker1", "bench_ident", big); }, 2) /
+                       1e3});
+  }
+  // TLS against plain, same run (issue 21's target: <= 1.5x).
+  out.push_back({"rpc_sync_udf_tls_over_plain_x", value_of(out, "rpc_sync_udf_tls_us") / value_of(out, "rpc_sync_udf_us")});
+  out.push_back({"echo_64MiB_tls_over_plain_x", value_of(out, "echo_64MiB_tls_ms") / value_of(out, "echo_64MiB_ms")});
+  out.push_back({"echo_64MiB_tcp_tls_over_plain_x",
+                 value_of(out, "echo_64MiB_tls_tcp_ms") / value_of(out, "echo_64MiB_tcp_ms")});
+  // An echo crosses twice; each way one core encrypts while the other
+  // decrypts, so TLS adds at least two AES passes to the plain echo.
+  out.push_back({"echo_64MiB_tcp_tls_vs_crypto_floor_x",
+                 value_of(out, "echo_64MiB_tls_tcp_ms") /
+                     (value_of(out, "echo_64MiB_tcp_ms") + 2 * value_of(out, "floor_aes256gcm_64MiB_ms"))});
   // castor against the machine (issue 8's targets: <= 1.8x, <= 1.15x, <= 3x).
   out.push_back({"rpc_sync_udf_vs_tcp_floor_x", value_of(out, "rpc_sync_udf_us") / value_of(out, "floor_tcp_pingpong_us")});
   out.push_back({"echo_64MiB_tcp_vs_tcp_floor_x",

@@ -109,7 +109,7 @@ Worker init_rpc(WorkerOptions opts) {
     rt->optimizer = std::move(layers.optimizer);
     rt->class_known = std::move(layers.class_known);
   }
-  if (!opts.tls.enabled() && opts.bulk_threshold > 0) rt->bulk = std::make_unique<detail::BulkPath>(*rt);  // B6
+  if (opts.bulk_threshold > 0) rt->bulk = std::make_unique<detail::BulkPath>(*rt);  // TLS too: B6
   rt->actor = detail::spawn_worker_actor(*rt);
   try {
     detail::join_world(*rt);

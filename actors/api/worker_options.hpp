@@ -88,7 +88,7 @@ struct WorkerOptions {
   size_t max_message_bytes = size_t(1) << 30;
 
   /// Calls and replies to other workers with a tensor of at least this many
-  /// bytes take the bulk path (Note [Bulk path]); 0: never. Not with TLS.
+  /// bytes take the bulk path (Note [Bulk path]; TLS in a TLS cluster); 0: never.
   size_t bulk_threshold = 256 * 1024;
   /// Same-host peers copy tensors straight from each other's memory (B7 of
   /// Note [Bulk path]); false: always through the socket.

@@ -104,6 +104,7 @@ json snapshot(Runtime& rt) {
   }
 
   out["bulk"] = {{"enabled", rt.bulk != nullptr},
+                 {"tls", rt.bulk != nullptr && rt.opts.tls.enabled()},
                  {"port", rt.bulk ? rt.bulk->port() : 0},
                  {"messages_sent", rt.stats.bulk_sent.load()},
                  {"tensor_bytes_sent", rt.stats.bulk_bytes_sent.load()},

@@ -72,7 +72,7 @@ class Runtime : public std::enable_shared_from_this<Runtime> {
   std::unique_ptr<AutogradHooks> autograd;   // the engine/ layer (install_layers)
   std::unique_ptr<OptimizerHooks> optimizer; // the optimizer/ layer (install_layers)
   std::function<bool(const std::string&)> class_known;  // for error messages (install_layers)
-  std::unique_ptr<BulkPath> bulk;  // Note [Bulk path]; none with TLS or bulk_threshold 0
+  std::unique_ptr<BulkPath> bulk;  // Note [Bulk path]; none with bulk_threshold 0
   worker_actor actor;
   caf::actor inspector;       // answers castor inspect (actors/observe/inspector.cpp)
   caf::actor metrics_server;  // the optional metrics port

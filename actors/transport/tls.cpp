@@ -32,7 +32,8 @@
 //      it failed, so a failure ends its own link and no other.
 //  T7. No SIGPIPE: sessions write through castor's socket BIO with
 //      MSG_NOSIGNAL, so a peer that went away fails a write, not the process.
-//  T8. The bulk links (Note [Bulk path]) are off with TLS (B6).
+//  T8. The bulk links (Note [Bulk path]) are TLS too, through the same door
+//      and context (B6).
 #include "actors/transport/tls.hpp"
 
 #include <openssl/err.h>

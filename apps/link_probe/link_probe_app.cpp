@@ -151,8 +151,8 @@ void check_flags(const castor::apps::Flags& args) {
     throw std::invalid_argument("--duration-ms and --interval-ms must be >= 0, --call-timeout-ms > 0");
 }
 
+// Its flags were checked by parse_app_flags (F5), as every app's.
 int run_probe(castor::Worker& w, const castor::apps::Flags& args) {
-  check_flags(args);
   if (w.rank() != 0) return 0;  // the others serve until rank 0 is done
   auto duration = std::chrono::milliseconds(args.get<int64_t>("duration-ms"));
   auto interval = std::chrono::milliseconds(args.get<int64_t>("interval-ms"));

@@ -104,8 +104,8 @@ void check_flags(const Flags& args) {
   if (args.get<int64_t>("vocab") < 2) throw std::invalid_argument("--vocab must be at least 2");
 }
 
+// Its flags were checked by parse_app_flags (F5), as every app's.
 int run(Worker& w, const Flags& args) {
-  check_flags(args);
   auto spec = spec_from(args);
   int64_t steps = args.get<int64_t>("steps"), batch = args.get<int64_t>("batch-size");
   int64_t length = args.get<int64_t>("seq-len"), vocab = args.get<int64_t>("vocab");

@@ -15,6 +15,7 @@
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
+#include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
 
@@ -35,12 +36,20 @@ uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bul
 }  // namespace
 
 TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's link") {
-  // Both modes: copied from the peer's memory (same host, B7) and through the socket.
-  bool same_host = true;
+  // Both modes: copied from the peer's memory (same host, B7) and through
+  // the socket; each plain and in a TLS cluster (B6).
+  bool same_host = true, tls = false;
   SUBCASE("same host: process_vm_readv") { same_host = true; }
   SUBCASE("bytes on the socket") { same_host = false; }
+  SUBCASE("TLS, same host: process_vm_readv") { same_host = true, tls = true; }
+  SUBCASE("TLS, bytes in the session") { same_host = false, tls = true; }
   CAPTURE(same_host);
-  LocalWorld world(2, [same_host](WorkerOptions& o) { o.bulk_same_host = same_host; });
+  CAPTURE(tls);
+  auto certs = tls ? make_certs("bulk", {"worker0", "worker1"}) : std::string();
+  LocalWorld world(2, [&](WorkerOptions& o) {
+    o.bulk_same_host = same_host;
+    if (tls) o.tls = tls_files(certs, o.name);
+  });
   REQUIRE(castor::testing::runtime(world[0]).bulk != nullptr);
   auto big = at::rand({600, 600});            // 1.4 MB
   auto strided = at::rand({700, 400}).t();    // non-contiguous

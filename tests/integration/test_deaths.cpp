@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <future>
 #include <map>
@@ -26,6 +27,7 @@
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "rref/rref.hpp"
+#include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/errors.hpp"
 #include "support/test_functions.hpp"
@@ -152,12 +154,24 @@ std::string nonzero(const std::map<std::string, int64_t>& counts) {
 // killed (SIGKILL) at `point`; then every survivor's counts return to zero.
 void kill_worker1_at(const std::string& point) {
   auto port = test::free_port();
+  // Under TLS the bulk link is a TLS session (B6 of Note [Bulk path]), its
+  // bytes on the socket: the kill cuts a session mid-record.
+  bool tls = point == "bulk transfer, TLS";
+  auto certs = tls ? test::make_certs("deaths", {"worker0", "worker1", "worker2"}) : std::string();
+  if (tls) ::setenv("CASTOR_TEST_TLS_DIR", certs.c_str(), 1);  // the child's files (test_worker_main.cpp)
   test::ChildWorker child(1, 3, port);
+  if (tls) ::unsetenv("CASTOR_TEST_TLS_DIR");
+  auto o0 = test::local_options(0, 3, port);
   auto o2 = test::local_options(2, 3, port);
+  if (tls) {
+    o0.tls = test::tls_files(certs, "worker0");
+    o2.tls = test::tls_files(certs, "worker2");
+    o0.bulk_same_host = false;
+  }
   if (point == "fork not yet confirmed")  // the owner's confirmations are late: worker1 dies first
     o2.faults.rules = {FaultRule{"child_accept", 0, 0, milliseconds(2000)}, FaultRule{"ack", 0, 0, milliseconds(2000)}};
   auto starting2 = std::async(std::launch::async, [o2] { return init_rpc(o2); });
-  auto w0 = init_rpc(test::local_options(0, 3, port));
+  auto w0 = init_rpc(o0);
   auto w2 = starting2.get();
   w0.on_worker_failure([](const WorkerFailure&) {});  // the survivors carry on (Note [Shutdown with survivors])
   std::vector<Future<int64_t>> int_calls;
@@ -195,7 +209,7 @@ void kill_worker1_at(const std::string& point) {
       auto x = at::ones({3}).set_requires_grad(true);
       ctx->backward({w0.rpc_sync<at::Tensor>("worker1", "my_add", x, x).sum()});
       step = opt->step_async(ctx->id());
-    } else if (point == "bulk transfer") {
+    } else if (point == "bulk transfer" || tls) {
       auto big = at::arange(int64_t(16) << 20, at::kFloat);  // 64 MiB over the bulk link
       tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
       // Mid-transfer: "the bulk link to worker worker1 broke: ..."; after it,
@@ -243,7 +257,7 @@ void kill_worker1_at(const std::string& point) {
 
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
-                            "nested call"}) {
+                            "bulk transfer, TLS", "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }

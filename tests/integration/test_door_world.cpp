@@ -11,21 +11,19 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cstdlib>
-#include <filesystem>
 #include <thread>
 
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/observe/inspector.hpp"
 #include "actors/runtime/testing.hpp"
 #include "actors/transport/greeting.hpp"
+#include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/door_probes.hpp"
 
 using namespace castor;
 using namespace std::chrono_literals;
 namespace probe = castor::test::probe;
-namespace fs = std::filesystem;
 
 namespace {
 
@@ -88,16 +86,9 @@ void knock_with_strangers(uint16_t port) {
   for (int i = 0; i < 5; ++i) probe::port_scan("127.0.0.1", port);
 }
 
-TlsOptions files_of(const std::string& dir, const std::string& name) {
-  return TlsOptions{dir + "/" + name + ".pem", dir + "/" + name + ".key", dir + "/ca.pem", ""};
-}
+TlsOptions files_of(const std::string& dir, const std::string& name) { return test::tls_files(dir, name); }
 
-std::string make_certs(const std::string& name) {
-  auto dir = (fs::temp_directory_path() / ("castor-door-" + std::to_string(::getpid()) + "-" + name)).string();
-  auto cmd = "'" + std::string(CASTOR_SOURCE_DIR) + "/scripts/make-certs.sh' '" + dir + "' worker0 worker1 >/dev/null";
-  REQUIRE(std::system(cmd.c_str()) == 0);
-  return dir;
-}
+std::string make_certs(const std::string& tag) { return test::make_certs("door-" + tag, {"worker0", "worker1"}); }
 
 uint64_t refused(const nlohmann::json& snap, const char* cause) { return snap["door"]["refused"][cause].get<uint64_t>(); }
 
@@ -158,10 +149,12 @@ TEST_CASE("a TLS world keeps working through refused, plain, certificate-less an
     o.tls = files_of(certs, o.name);
   });
   auto port = world.master_port();
+  auto bulk_port = castor::testing::runtime(world[0]).bulk->port();  // B6: a TLS bulk link
   Traffic traffic(world[1]);
   REQUIRE(test::eventually([&] { return traffic.done.load() > 20; }, 10s));
 
   knock_with_strangers(port);  // a TLS ClientHello straight at the door among them
+  knock_with_strangers(bulk_port);
   // With the secret but without a certificate, with another CA's, or
   // without TLS at all: the handshake fails in the door, and only there.
   CHECK(probe::greeted_tls_without_certificate("127.0.0.1", port, kSecret) != "the worker accepted a TLS client without a certificate");
@@ -174,6 +167,14 @@ TEST_CASE("a TLS world keeps working through refused, plain, certificate-less an
   // was killed): before T6, this dropped every other link of the worker.
   for (int i = 0; i < 3; ++i)
     CHECK(probe::greeted("127.0.0.1", port, kSecret, files_of(certs, "worker1"), probe::garbage(5, 3), true) == "");
+  // The bulk port's door is the same: another CA's certificate or no TLS is
+  // refused there; a cluster peer that sends garbage inside its session
+  // loses that link (B5) and nothing else.
+  CHECK(probe::greeted("127.0.0.1", bulk_port, kSecret, files_of(other, "worker1"), {}, false, true).find(
+            "the TLS handshake failed") == 0);
+  CHECK(probe::greeted("127.0.0.1", bulk_port, kSecret, {}, {}, false, true) ==
+        "it requires TLS, and we have no TLS files (give the cluster's certificate, key and CA)");
+  CHECK(probe::greeted("127.0.0.1", bulk_port, kSecret, files_of(certs, "worker1"), probe::garbage(64, 7), true, true) == "");
   // castor inspect with the files works; without them it is told why.
   auto snap = inspect(port, files_of(certs, "worker1"), kSecret);
   CHECK(snap["door"]["tls"] == true);
@@ -186,9 +187,14 @@ TEST_CASE("a TLS world keeps working through refused, plain, certificate-less an
   CHECK(traffic.failed.load() == 0);
   snap = inspect(port, files_of(certs, "worker1"), kSecret);
   INFO(snap["door"].dump());
-  CHECK(refused(snap, "not_castor") == 7);
-  CHECK(refused(snap, "tls") == 5);  // no certificate, another CA's, plain bytes, no TLS at all (a probe, castor inspect)
-  CHECK(snap["door"]["admitted"].get<uint64_t>() >= 6);  // worker1, the broken sessions, the inspectors
+  CHECK(refused(snap, "not_castor") == 7 + 7);  // both ports
+  // No certificate, another CA's, plain bytes, no TLS at all (a probe,
+  // castor inspect); at the bulk port another CA's and no TLS.
+  CHECK(refused(snap, "tls") == 5 + 2);
+  CHECK(snap["door"]["admitted"].get<uint64_t>() >= 8);  // worker1 (twice), the broken sessions, the inspectors
+  // The traffic's large tensors went on worker1's TLS bulk link.
+  CHECK(snap["bulk"]["tls"] == true);
+  CHECK(snap["bulk"]["messages_received"].get<uint64_t>() > 0);
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <fstream>
 #include <string>
 
+#include "support/certs.hpp"
 #include "support/cluster.hpp"
 
 using castor::test::ChildWorker;
@@ -30,8 +32,10 @@ std::string ready_file(uint16_t port) {
 }
 
 // Each ending with the peer alive, then rank 0 killed (SIGKILL) while the
-// state is live and worker1 shutting down.
-void check_every_ending(const std::string& kind) {
+// state is live and worker1 shutting down. With `tls_dir`, a TLS world
+// (test_worker_main.cpp reads CASTOR_TEST_TLS_DIR).
+void check_every_ending(const std::string& kind, const std::string& tls_dir = "") {
+  if (!tls_dir.empty()) ::setenv("CASTOR_TEST_TLS_DIR", tls_dir.c_str(), 1);
   for (std::string ending : {"shutdown", "shutdown_false", "destructor", "unwind"}) {
     CAPTURE(ending);
     auto port = free_port();
@@ -54,6 +58,7 @@ void check_every_ending(const std::string& kind) {
   CHECK(rank1.wait_exit(60s) == 0);
   std::remove(ready.c_str());
   std::remove((ready + ".1").c_str());
+  ::unsetenv("CASTOR_TEST_TLS_DIR");
 }
 }  // namespace
 
@@ -72,6 +77,9 @@ TEST_CASE("a distributed optimizer with a step in flight at the end: both proces
 }
 TEST_CASE("a bulk link with a transfer in flight at the end: both processes exit 0") {
   check_every_ending("bulk");
+}
+TEST_CASE("a TLS bulk link with a transfer in flight at the end: both processes exit 0") {
+  check_every_ending("bulk", castor::test::make_certs("endings", {"worker0", "worker1"}));
 }
 TEST_CASE("an inspection session open at the end: both processes exit 0, whatever the ending") {
   check_every_ending("inspector");

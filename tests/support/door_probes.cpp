@@ -81,14 +81,15 @@ void port_scan(const std::string& host, uint16_t port) {
 }
 
 std::string greeted(const std::string& host, uint16_t port, const std::string& secret, const TlsOptions& tls,
-                    const std::vector<uint8_t>& after, bool reset) {
+                    const std::vector<uint8_t>& after, bool reset, bool bulk) {
   std::unique_ptr<detail::TlsContext> ctx;
   if (tls.enabled()) ctx = std::make_unique<detail::TlsContext>(tls);
   detail::DialOptions opts;
   opts.key.secret = secret;
   opts.tls = ctx.get();
   opts.wire_version = uint16_t(kWireProtocolVersion);
-  auto d = detail::dial(opts, host, port, detail::door::Purpose::basp, Clock::now() + std::chrono::seconds(5));
+  auto purpose = bulk ? detail::door::Purpose::bulk : detail::door::Purpose::basp;
+  auto d = detail::dial(opts, host, port, purpose, Clock::now() + std::chrono::seconds(5));
   if (!d.ok()) return d.error.empty() ? "refused" : d.error;
   if (!after.empty()) {
     if (d.ssl) {

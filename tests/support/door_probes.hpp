@@ -37,9 +37,10 @@ void port_scan(const std::string& host, uint16_t port);
 
 /// Passes the door with `secret` (and the TLS files, which may be a wrong
 /// CA's or none), then sends `after` and closes, resetting when `reset`.
+/// Greets as a bulk link (Note [Bulk path]) when `bulk`, else as a peer.
 /// Returns what the dial said (empty when it passed).
 std::string greeted(const std::string& host, uint16_t port, const std::string& secret, const TlsOptions& tls,
-                    const std::vector<uint8_t>& after, bool reset);
+                    const std::vector<uint8_t>& after, bool reset, bool bulk = false);
 
 /// A TLS handshake without a certificate after a valid greeting: the door
 /// must refuse it (the handshake fails). Returns the client's view.

@@ -22,6 +22,9 @@
 //           READY_FILE.1 once its own part is, before rank 0 starts. The
 //           other ranks wait for READY_FILE before an ending that does not
 //           wait for them.
+// With CASTOR_TEST_TLS_DIR set (support/certs.hpp made the files), every
+// rank runs TLS and sends its large tensors through the bulk links' TLS
+// sessions.
 // Exit 0 unless something failed; a crash shows as 128 + the signal.
 #include <chrono>
 #include <cstdio>
@@ -40,6 +43,7 @@
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "rref/rref.hpp"
+#include "support/certs.hpp"
 #include "support/cluster.hpp"
 
 namespace {
@@ -191,6 +195,12 @@ int main(int argc, char** argv) {
     auto master_port = uint16_t(std::atoi(argv[3]));
     auto opts = castor::test::local_options(std::atoi(argv[1]), std::atoi(argv[2]), master_port);
     if (argc > 4 && std::string(argv[4]) == "stuck") opts.shutdown_timeout = 3s;
+    // A TLS world: the test made the certificates (support/certs.hpp). Its
+    // large tensors go through the bulk links' TLS sessions, not B7's copy.
+    if (const char* certs = std::getenv("CASTOR_TEST_TLS_DIR")) {
+      opts.tls = castor::test::tls_files(certs, opts.name);
+      opts.bulk_same_host = false;
+    }
     auto w = castor::init_rpc(opts);
     if (argc < 6) {
       w.shutdown();

@@ -54,16 +54,16 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
     out.head[1] = char(kAddresses);
     for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
     char answer = 0;
-    if (!net::write_all(link.fd, out.head.data(), out.head.size()) || !net::read_all(link.fd, &answer, 1) ||
+    if (!link.stream.write_all(out.head.data(), out.head.size()) || !link.stream.read_all(&answer, 1) ||
         (answer != kCopied && answer != kSendBytes))
       return false;
     send_bytes = answer == kSendBytes;
     if (send_bytes) link.same_host = false;
-  } else if (!net::write_all(link.fd, out.head.data(), out.head.size())) {
+  } else if (!link.stream.write_all(out.head.data(), out.head.size())) {
     return false;
   }
   for (size_t i = 0; send_bytes && i < out.tensors.size(); ++i)
-    if (!net::write_all(link.fd, out.tensors[i].data_ptr(), wire::wire_bytes(out.tensors[i]))) return false;
+    if (!link.stream.write_all(out.tensors[i].data_ptr(), wire::wire_bytes(out.tensors[i]))) return false;
   return true;
 }
 
@@ -87,21 +87,21 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
   }
   std::lock_guard<std::mutex> lock(link->mtx);
   if (link->broken) return nullptr;
-  if (link->fd >= 0) return link;
+  if (link->stream.fd() >= 0) return link;
   if (!open(*link)) return nullptr;
   link->writer = std::thread([this, link] { write_loop(*link); });
   return link;
 }
 
-// Under the link's lock: the door's greeting, then the bulk link's own (B3).
+// Under the link's lock: the door's greeting (and the TLS handshake in a TLS
+// cluster: B6), then the bulk link's own greeting (B3).
 bool BulkPath::open(Link& link) {
   auto peer = rt_.world().member(link.to);  // a copy: the world may move on meanwhile
-  auto dial_opts = rt_.transport->dial_options();
-  dial_opts.tls = nullptr;  // B6: there is no bulk link with TLS
-  auto dialed = dial(dial_opts, peer.host, peer.bulk_port, door::Purpose::bulk,
+  auto dialed = dial(rt_.transport->dial_options(), peer.host, peer.bulk_port, door::Purpose::bulk,
                      net::Clock::now() + std::chrono::milliseconds(3000));
   int fd = dialed.fd;
   std::string why = dialed.error;
+  Stream stream(fd, std::move(dialed.ssl));
   if (fd >= 0) {
     net::set_nonblocking(fd, false);
     net::set_bulk_buffers(fd);
@@ -118,7 +118,7 @@ bool BulkPath::open(Link& link) {
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     char answer = 0;
-    if (!net::write_all(fd, hello.data(), hello.size()) || !net::read_all(fd, &answer, 1))
+    if (!stream.write_all(hello.data(), hello.size()) || !stream.read_all(&answer, 1))
       ::close(fd), fd = -1, why = "no answer to the greeting";
     else if (answer != kSameHost && answer != kOtherHost)
       ::close(fd), fd = -1, why = "refused by the receiver";
@@ -134,7 +134,7 @@ bool BulkPath::open(Link& link) {
                  rt_.name().c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
     return false;
   }
-  link.fd = fd;
+  link.stream = std::move(stream);
   return true;
 }
 

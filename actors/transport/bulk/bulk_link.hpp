@@ -9,12 +9,13 @@
 
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/bulk/bulk_stream.hpp"
 
 namespace castor::detail {
 
 struct BulkPath::Link {
   WorkerId to = -1;
-  int fd = -1;
+  bulk::Stream stream;     // fd -1 until opened
   bool broken = false;     // B4: never reused
   bool same_host = false;  // B7: send addresses, not bytes
   std::mutex mtx;          // guards all of the above and the queue

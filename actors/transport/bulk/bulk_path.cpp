@@ -10,6 +10,7 @@
 #include "actors/api/errors.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_link.hpp"
+#include "actors/transport/bulk/bulk_stream.hpp"
 #include "actors/transport/door.hpp"
 #include "actors/transport/sockets.hpp"
 #include "actors/transport/transport.hpp"
@@ -42,8 +43,14 @@ namespace castor::detail {
 //      fails the call at once, naming the peer; a broken link is not reused.
 //  B5. Malformed frames close the link with a line naming the peer; the
 //      worker keeps serving (see Note [Hostile input]).
-//  B6. With TLS there is no bulk link (yet): castor never sends plain bytes
-//      in a TLS cluster, and the bulk links do not speak TLS.
+//  B6. In a TLS cluster every bulk link is TLS: the door runs the handshake
+//      (both sides verified against the cluster CA, T1 of Note [TLS]) before
+//      the link's greeting, so castor never sends a plain byte there. A
+//      link's session is used by one thread only, its writer on one side and
+//      its reader on the other (an OpenSSL session cannot take reads and
+//      writes from two threads), and writes through castor's BIO (no
+//      SIGPIPE, T7). B7 stays on: addresses travel inside the session, and
+//      the bytes move kernel to kernel, never over a network.
 //  B7. Same host: when the receiver finds in the greeting that the sender
 //      runs on its machine and in its pid namespace (same boot id, same
 //      namespace), the frame carries the tensors' addresses instead of their
@@ -62,8 +69,8 @@ BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
   // B3: the bulk port is behind the door like every port castor listens on
   // (Note [The door]); a connection reaches a reader only once it greeted.
   try {
-    port_ = rt.transport->door().listen(rt.opts.host, 0, false, door::Purpose::bulk, false,
-                                        [this](Admitted a) { start_reader(a.fd); });
+    port_ = rt.transport->door().listen(rt.opts.host, 0, false, door::Purpose::bulk, rt.opts.tls.enabled(),
+                                        [this](Admitted a) { start_reader(std::move(a)); });
   } catch (const std::exception& e) {
     throw UnreachableError(make_error(ErrorKind::Unreachable, rt.opts.name,
                                       "worker " + rt.opts.name + ": cannot open the bulk port on " + rt.opts.host +
@@ -110,8 +117,10 @@ bool BulkPath::try_send(WorkerId to, CallReply& msg) {
   return push(to, kReply, msg.id, {&msg.result}, [&msg] { return envelope_of(msg); });
 }
 
-// On the door's thread, for each admitted bulk connection.
-void BulkPath::start_reader(int fd) {
+// On the door's thread, for each admitted bulk connection (B6: with its TLS
+// session in a TLS cluster).
+void BulkPath::start_reader(Admitted admitted) {
+  int fd = admitted.fd;
   net::set_nonblocking(fd, false);
   net::set_bulk_buffers(fd);
   std::lock_guard<std::mutex> lock(mtx_);
@@ -136,8 +145,9 @@ void BulkPath::start_reader(int fd) {
     return;
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
-  readers_.push_back(Reader{std::thread([this, fd, done] {
-                              read_loop(fd);
+  auto stream = std::make_shared<Stream>(fd, std::move(admitted.ssl));
+  readers_.push_back(Reader{std::thread([this, stream, done] {
+                              read_loop(*stream);
                               done->store(true);
                             }),
                             fd, done});
@@ -152,7 +162,7 @@ void BulkPath::stop() {
     for (auto& l : links_) {
       if (!l) continue;
       std::lock_guard<std::mutex> link_lock(l->mtx);
-      if (l->fd >= 0) ::shutdown(l->fd, SHUT_RDWR);
+      if (l->stream.fd() >= 0) ::shutdown(l->stream.fd(), SHUT_RDWR);
       l->cv.notify_all();
     }
   }
@@ -160,7 +170,7 @@ void BulkPath::stop() {
     if (l && l->writer.joinable()) l->writer.join();
   for (auto& r : readers_) r.thread.join();
   for (auto& l : links_)
-    if (l && l->fd >= 0) ::close(l->fd);
+    if (l && l->stream.fd() >= 0) ::close(l->stream.fd());
   for (auto& r : readers_) ::close(r.fd);
 }
 

@@ -1,7 +1,7 @@
-// The bulk path: messages carrying large tensors travel on a plain TCP
-// connection per ordered worker pair, beside CAF's BASP links, so that tensor
-// bytes are written from and read into tensor memory with no copy and no
-// BASP framing. See Note [Bulk path] in bulk_path.cpp.
+// The bulk path: messages carrying large tensors travel on a TCP connection
+// (TLS in a TLS cluster) per ordered worker pair, beside CAF's BASP links, so
+// that tensor bytes are written from and read into tensor memory with no
+// extra copy and no BASP framing. See Note [Bulk path] in bulk_path.cpp.
 #pragma once
 
 #include <atomic>
@@ -17,6 +17,10 @@
 namespace castor::detail {
 
 class Runtime;
+struct Admitted;
+namespace bulk {
+class Stream;
+}
 
 class BulkPath {
  public:
@@ -46,8 +50,8 @@ class BulkPath {
   Link* link_to(WorkerId to);                       // bulk_link.cpp
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
-  void start_reader(int fd);                        // on the door's thread
-  void read_loop(int fd);                           // bulk_reader.cpp
+  void start_reader(Admitted admitted);             // on the door's thread
+  void read_loop(bulk::Stream& stream);             // bulk_reader.cpp
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
             const std::function<std::vector<char>()>& encode);
 

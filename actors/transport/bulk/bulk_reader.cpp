@@ -15,9 +15,9 @@
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/bulk/bulk_stream.hpp"
 #include "actors/transport/bulk/receive_blocks.hpp"
 #include "actors/transport/bulk/same_host.hpp"
-#include "actors/transport/sockets.hpp"
 #include "messages/rendezvous.hpp"
 #include "messages/tensor_wire.hpp"
 
@@ -25,7 +25,8 @@ namespace castor::detail {
 
 using namespace bulk;
 
-void BulkPath::read_loop(int fd) {
+void BulkPath::read_loop(Stream& stream) {
+  int fd = stream.fd();
   std::string from_name = "an unknown peer";
   auto drop = [&](const std::string& why) {
     if (!stopping_)
@@ -41,11 +42,11 @@ void BulkPath::read_loop(int fd) {
   // hold this thread.
   timeval limit{kGreetingLimitSeconds, 0}, none{0, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  if (!net::read_all(fd, &magic, 4) || !net::read_all(fd, &from, 4) || !net::read_all(fd, &version, 4)) return drop("no greeting");
+  if (!stream.read_all(&magic, 4) || !stream.read_all(&from, 4) || !stream.read_all(&version, 4)) return drop("no greeting");
   if (magic != kMagic) return drop("not a castor bulk link");
-  if (!net::read_all(fd, &pid, 4) || !net::read_all(fd, &id_len, 4) || id_len > 4096) return drop("no greeting");
+  if (!stream.read_all(&pid, 4) || !stream.read_all(&id_len, 4) || id_len > 4096) return drop("no greeting");
   std::string identity(id_len, '\0');
-  if (!net::read_all(fd, identity.data(), id_len)) return drop("no greeting");
+  if (!stream.read_all(identity.data(), id_len)) return drop("no greeting");
   bool same_host = rt_.opts.bulk_same_host && !identity.empty() && identity == host_identity() && pid > 0 &&
                    pid != ::getpid();
   // The world is known once init is done; a peer may connect a moment
@@ -53,7 +54,7 @@ void BulkPath::read_loop(int fd) {
   // to CAF instead of writing frames that would be lost (B4).
   auto refuse = [&](const std::string& why) {
     char no = kRefused;
-    (void)net::write_all(fd, &no, 1);
+    (void)stream.write_all(&no, 1);
     drop(why);
   };
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(kGreetingLimitSeconds - 1);
@@ -70,22 +71,22 @@ void BulkPath::read_loop(int fd) {
   if (version != kWireProtocolVersion)
     return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   char answer = same_host ? kSameHost : kOtherHost;
-  if (!net::write_all(fd, &answer, 1)) return drop("closed during the greeting");
+  if (!stream.write_all(&answer, 1)) return drop("closed during the greeting");
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
   auto sender = *peer;
   for (;;) {
     uint8_t type = 0, mode = 0;
     uint64_t env_len = 0;
     uint32_t count = 0;
-    if (!net::read_all(fd, &type, 1)) return (void)::shutdown(fd, SHUT_RDWR);  // closed between frames: the peer is done
-    if (!net::read_all(fd, &mode, 1) || !net::read_all(fd, &env_len, 8) || !net::read_all(fd, &count, 4))
+    if (!stream.read_all(&type, 1)) return (void)::shutdown(fd, SHUT_RDWR);  // closed between frames: the peer is done
+    if (!stream.read_all(&mode, 1) || !stream.read_all(&env_len, 8) || !stream.read_all(&count, 4))
       return drop("truncated frame");
     if ((type != kRequest && type != kReply) || (mode != kBytesFollow && mode != kAddresses) ||
         (mode == kAddresses && !same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
       return drop("malformed frame header");
     std::vector<uint64_t> lengths(count);
     std::vector<char> env(env_len);
-    if (!net::read_all(fd, lengths.data(), 8 * size_t(count)) || !net::read_all(fd, env.data(), env.size()))
+    if (!stream.read_all(lengths.data(), 8 * size_t(count)) || !stream.read_all(env.data(), env.size()))
       return drop("truncated frame");
     CallRequest req;
     CallReply reply;
@@ -101,7 +102,7 @@ void BulkPath::read_loop(int fd) {
     }
     if (err || slots.size() != count) return drop("malformed envelope");
     std::vector<uint64_t> addresses(mode == kAddresses ? count : 0);
-    if (!addresses.empty() && !net::read_all(fd, addresses.data(), 8 * size_t(count))) return drop("truncated frame");
+    if (!addresses.empty() && !stream.read_all(addresses.data(), 8 * size_t(count))) return drop("truncated frame");
     std::vector<at::Tensor> received(count);
     for (size_t i = 0; i < count; ++i) {
       auto ext = slots[i]->to_external();
@@ -131,7 +132,7 @@ void BulkPath::read_loop(int fd) {
       copied = copy_from_process(pid, addresses[i], received[i].data_ptr(), lengths[i]);
     if (!addresses.empty()) {
       char reply_byte = copied ? kCopied : kSendBytes;
-      if (!net::write_all(fd, &reply_byte, 1)) return drop("closed while copying");
+      if (!stream.write_all(&reply_byte, 1)) return drop("closed while copying");
       if (!copied) {
         same_host = false;
         std::fprintf(stderr, "castor[%s]: cannot read tensors from %s's memory (%s); its link sends bytes\n",
@@ -139,7 +140,7 @@ void BulkPath::read_loop(int fd) {
       }
     }
     for (size_t i = 0; i < count; ++i) {
-      if (!copied && !net::read_all(fd, received[i].data_ptr(), lengths[i])) return drop("truncated tensor");
+      if (!copied && !stream.read_all(received[i].data_ptr(), lengths[i])) return drop("truncated tensor");
       auto ext = slots[i]->to_external();
       if (ext.requires_grad) received[i].set_requires_grad(true);
       *slots[i] = Value(std::move(received[i]));

@@ -1,0 +1,36 @@
+// A bulk link's bytes (B1, B6 of Note [Bulk path]): plain TCP, or a TLS
+// session over it when the cluster runs TLS.
+#pragma once
+
+#include <cstddef>
+
+#include "actors/transport/tls_session.hpp"
+
+namespace castor::detail::bulk {
+
+/// The socket of one bulk link and, with TLS, its session. The socket is
+/// blocking and not owned: whoever joins the link's thread closes it (after
+/// shutdown() ended that thread's wait). Only one thread uses a stream, the
+/// link's writer or its reader, so one OpenSSL session never sees two
+/// threads (it would corrupt its state).
+class Stream {
+ public:
+  Stream() = default;
+  Stream(int fd, SslPtr ssl);
+
+  int fd() const { return fd_; }
+  bool tls() const { return ssl_ != nullptr; }
+
+  /// Writes / reads exactly `n` bytes; false when the link ended, broke or
+  /// timed out (a socket timeout, shutdown()). With TLS the thread's OpenSSL
+  /// error queue is empty afterwards (T6 of Note [TLS]), and writes never
+  /// raise SIGPIPE (T7).
+  bool write_all(const void* data, size_t n);
+  bool read_all(void* data, size_t n);
+
+ private:
+  int fd_ = -1;
+  SslPtr ssl_;
+};
+
+}  // namespace castor::detail::bulk

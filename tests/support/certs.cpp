@@ -1,0 +1,24 @@
+#include "support/certs.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+namespace castor::test {
+
+std::string make_certs(const std::string& tag, const std::vector<std::string>& names) {
+  auto dir = (std::filesystem::temp_directory_path() / ("castor-certs-" + std::to_string(::getpid()) + "-" + tag)).string();
+  auto cmd = "'" + std::string(CASTOR_SOURCE_DIR) + "/scripts/make-certs.sh' '" + dir + "'";
+  for (auto& n : names) cmd += " '" + n + "'";
+  cmd += " >/dev/null";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("cannot make test certificates: " + cmd + " failed");
+  return dir;
+}
+
+TlsOptions tls_files(const std::string& dir, const std::string& name) {
+  return TlsOptions{dir + "/" + name + ".pem", dir + "/" + name + ".key", dir + "/ca.pem", ""};
+}
+
+}  // namespace castor::test
