@@ -119,19 +119,24 @@ double tcp_pingpong_pinned_us(int n, int warmup, bool same_core) {
 
 }  // namespace
 
-// Encrypts `in` as TLS 1.3 does with castor's cipher: AES-256-GCM, one
-// record per 16 KiB, one core.
+// Encrypts `in` as TLS 1.3 does with the cipher it negotiates here:
+// AES-256-GCM, the key set once, per 16 KiB record a fresh nonce, the
+// record header as associated data and a tag; one core.
 double aes_gcm_us(const std::vector<char>& in, std::vector<char>& out, int n, int warmup) {
   std::unique_ptr<EVP_CIPHER_CTX, decltype(&EVP_CIPHER_CTX_free)> ctx(EVP_CIPHER_CTX_new(), EVP_CIPHER_CTX_free);
-  unsigned char key[32] = {1}, iv[12] = {2}, tag[16];
+  unsigned char key[32] = {1}, iv[12] = {2}, header[5] = {23, 3, 3, 64, 17}, tag[16], rest[32];
+  EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key, nullptr);
   constexpr size_t kRecord = 16384;
   return median_us(n, [&] {
     for (size_t at = 0; at < in.size(); at += kRecord) {
       int len = 0;
-      EVP_EncryptInit_ex(ctx.get(), EVP_aes_256_gcm(), nullptr, key, iv);
+      ++iv[11];
+      EVP_EncryptInit_ex(ctx.get(), nullptr, nullptr, nullptr, iv);
+      EVP_EncryptUpdate(ctx.get(), nullptr, &len, header, sizeof header);
       EVP_EncryptUpdate(ctx.get(), reinterpret_cast<unsigned char*>(out.data() + at), &len,
                         reinterpret_cast<const unsigned char*>(in.data() + at), int(std::min(kRecord, in.size() - at)));
-      EVP_EncryptFinal_ex(ctx.get(), tag, &len);
+      EVP_EncryptFinal_ex(ctx.get(), rest, &len);  // GCM writes nothing here
+      EVP_CIPHER_CTX_ctrl(ctx.get(), EVP_CTRL_GCM_GET_TAG, sizeof tag, tag);
     }
   }, warmup);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <optional>
 
 #include <ATen/ATen.h>
 
@@ -36,18 +37,14 @@ uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bul
 }  // namespace
 
 TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's link") {
-  // Both modes: copied from the peer's memory (same host, B7) and through
-  // the socket; each plain and in a TLS cluster (B6).
-  bool same_host = true, tls = false;
-  SUBCASE("same host: process_vm_readv") { same_host = true; }
-  SUBCASE("bytes on the socket") { same_host = false; }
-  SUBCASE("TLS, same host: process_vm_readv") { same_host = true, tls = true; }
-  SUBCASE("TLS, bytes in the session") { same_host = false, tls = true; }
-  CAPTURE(same_host);
+  // Both workers in this process: the bytes go on the socket (B7 copies only
+  // from another process), plain and in a TLS cluster (B6).
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
   CAPTURE(tls);
   auto certs = tls ? make_certs("bulk", {"worker0", "worker1"}) : std::string();
   LocalWorld world(2, [&](WorkerOptions& o) {
-    o.bulk_same_host = same_host;
     if (tls) o.tls = tls_files(certs, o.name);
   });
   REQUIRE(castor::testing::runtime(world[0]).bulk != nullptr);
@@ -76,6 +73,32 @@ TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's 
   CHECK(bulk_sent(world[0]) == before);
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("between processes on one host, large tensors are copied from the peer's memory (B7), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS: the addresses and answers inside the session") { tls = true; }
+  CAPTURE(tls);
+  auto certs = tls ? make_certs("bulk-b7", {"worker0", "worker1"}) : std::string();
+  auto port = free_port();
+  std::optional<ChildTls> child_tls;
+  if (tls) child_tls.emplace(certs, false);
+  ChildWorker child(1, 2, port);  // serves until worker0 shuts down
+  child_tls.reset();
+  auto o = local_options(0, 2, port);
+  if (tls) o.tls = tls_files(certs, "worker0");
+  auto w = init_rpc(o);
+  auto big = at::rand({600, 600});
+  auto strided = at::rand({700, 400}).t();
+  auto ints = at::arange(int64_t(3) << 20);  // 24 MiB: B7 splits it across two threads
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", big), big));
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", strided), strided));
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", ints), ints));
+  CHECK(eventually([&] { return bulk_sent(w) == 3; }));
+  CHECK(bulk_received(w) == 3);  // the replies, on worker1's own link
+  w.shutdown();
+  CHECK(child.wait_exit(milliseconds(30000)) == 0);
 }
 
 TEST_CASE("gradients flow back through calls whose tensors took the bulk path") {

@@ -11,7 +11,6 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
-#include <stdlib.h>
 
 #include <future>
 #include <map>
@@ -158,9 +157,10 @@ void kill_worker1_at(const std::string& point) {
   // bytes on the socket: the kill cuts a session mid-record.
   bool tls = point == "bulk transfer, TLS";
   auto certs = tls ? test::make_certs("deaths", {"worker0", "worker1", "worker2"}) : std::string();
-  if (tls) ::setenv("CASTOR_TEST_TLS_DIR", certs.c_str(), 1);  // the child's files (test_worker_main.cpp)
+  std::optional<test::ChildTls> child_tls;
+  if (tls) child_tls.emplace(certs, false);  // the child's files; the sender below puts bytes on the socket
   test::ChildWorker child(1, 3, port);
-  if (tls) ::unsetenv("CASTOR_TEST_TLS_DIR");
+  child_tls.reset();
   auto o0 = test::local_options(0, 3, port);
   auto o2 = test::local_options(2, 3, port);
   if (tls) {
@@ -210,6 +210,11 @@ void kill_worker1_at(const std::string& point) {
       ctx->backward({w0.rpc_sync<at::Tensor>("worker1", "my_add", x, x).sum()});
       step = opt->step_async(ctx->id());
     } else if (point == "bulk transfer" || tls) {
+      // The link is up and carries tensors (with TLS: a TLS session), so the
+      // transfer below is on it, not sent through CAF instead (B4).
+      auto warm = at::arange(int64_t(1) << 18, at::kFloat);
+      CHECK(at::equal(w0.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
+      CHECK(eventually([&] { return castor::testing::runtime(w0).stats.bulk_sent.load() == 1; }, milliseconds(10000)));
       auto big = at::arange(int64_t(16) << 20, at::kFloat);  // 64 MiB over the bulk link
       tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
       // Mid-transfer: "the bulk link to worker worker1 broke: ..."; after it,

@@ -6,12 +6,12 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "support/certs.hpp"
@@ -35,7 +35,8 @@ std::string ready_file(uint16_t port) {
 // state is live and worker1 shutting down. With `tls_dir`, a TLS world
 // (test_worker_main.cpp reads CASTOR_TEST_TLS_DIR).
 void check_every_ending(const std::string& kind, const std::string& tls_dir = "") {
-  if (!tls_dir.empty()) ::setenv("CASTOR_TEST_TLS_DIR", tls_dir.c_str(), 1);
+  std::optional<castor::test::ChildTls> tls;
+  if (!tls_dir.empty()) tls.emplace(tls_dir, true);  // the bytes in the sessions
   for (std::string ending : {"shutdown", "shutdown_false", "destructor", "unwind"}) {
     CAPTURE(ending);
     auto port = free_port();
@@ -58,7 +59,6 @@ void check_every_ending(const std::string& kind, const std::string& tls_dir = ""
   CHECK(rank1.wait_exit(60s) == 0);
   std::remove(ready.c_str());
   std::remove((ready + ".1").c_str());
-  ::unsetenv("CASTOR_TEST_TLS_DIR");
 }
 }  // namespace
 

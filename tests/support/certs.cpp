@@ -1,5 +1,6 @@
 #include "support/certs.hpp"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,6 +20,16 @@ std::string make_certs(const std::string& tag, const std::vector<std::string>& n
 
 TlsOptions tls_files(const std::string& dir, const std::string& name) {
   return TlsOptions{dir + "/" + name + ".pem", dir + "/" + name + ".key", dir + "/ca.pem", ""};
+}
+
+ChildTls::ChildTls(const std::string& dir, bool bytes_on_socket) {
+  ::setenv("CASTOR_TEST_TLS_DIR", dir.c_str(), 1);
+  if (bytes_on_socket) ::setenv("CASTOR_TEST_BULK_SOCKET", "1", 1);
+}
+
+ChildTls::~ChildTls() {
+  ::unsetenv("CASTOR_TEST_TLS_DIR");
+  ::unsetenv("CASTOR_TEST_BULK_SOCKET");
 }
 
 }  // namespace castor::test

@@ -17,4 +17,18 @@ std::string make_certs(const std::string& tag, const std::vector<std::string>& n
 /// The TLS files make_certs wrote for `name`.
 TlsOptions tls_files(const std::string& dir, const std::string& name);
 
+/// While it lives, child workers started by the test (castor_test_worker)
+/// run TLS with the files in `dir` and, when `bytes_on_socket`, send their
+/// large tensors through the bulk links' sessions instead of B7's copy
+/// (test_worker_main.cpp reads CASTOR_TEST_TLS_DIR and
+/// CASTOR_TEST_BULK_SOCKET). Unsets both when its scope ends, exceptions
+/// included, so that no later test runs TLS by accident.
+class ChildTls {
+ public:
+  ChildTls(const std::string& dir, bool bytes_on_socket);
+  ~ChildTls();
+  ChildTls(const ChildTls&) = delete;
+  ChildTls& operator=(const ChildTls&) = delete;
+};
+
 }  // namespace castor::test

@@ -23,8 +23,8 @@
 //           other ranks wait for READY_FILE before an ending that does not
 //           wait for them.
 // With CASTOR_TEST_TLS_DIR set (support/certs.hpp made the files), every
-// rank runs TLS and sends its large tensors through the bulk links' TLS
-// sessions.
+// rank runs TLS; with CASTOR_TEST_BULK_SOCKET, large tensors go as bytes on
+// the bulk links (B1), not copied from the peer's memory (B7).
 // Exit 0 unless something failed; a crash shows as 128 + the signal.
 #include <chrono>
 #include <cstdio>
@@ -40,6 +40,7 @@
 #include <ATen/ATen.h>
 
 #include "actors/observe/inspector.hpp"
+#include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "rref/rref.hpp"
@@ -113,6 +114,10 @@ void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
   } else if (kind == "bulk") {
     auto big = at::arange(1 << 20, at::kFloat);  // 4 MiB: past the bulk threshold
     expect(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", big), big), "the bulk echo differs");
+    // It went on the bulk link (TLS in a TLS world), not through CAF (B4).
+    expect(castor::test::eventually([&] { return castor::testing::runtime(w).stats.bulk_sent.load() >= 1; },
+                                    std::chrono::milliseconds(10000)),
+           "the bulk echo did not take the bulk link");
     s.tensor_calls.push_back(w.rpc_async<at::Tensor>("worker1", "identity", big));
   } else if (kind == "stuck") {
     try {
@@ -195,12 +200,9 @@ int main(int argc, char** argv) {
     auto master_port = uint16_t(std::atoi(argv[3]));
     auto opts = castor::test::local_options(std::atoi(argv[1]), std::atoi(argv[2]), master_port);
     if (argc > 4 && std::string(argv[4]) == "stuck") opts.shutdown_timeout = 3s;
-    // A TLS world: the test made the certificates (support/certs.hpp). Its
-    // large tensors go through the bulk links' TLS sessions, not B7's copy.
-    if (const char* certs = std::getenv("CASTOR_TEST_TLS_DIR")) {
-      opts.tls = castor::test::tls_files(certs, opts.name);
-      opts.bulk_same_host = false;
-    }
+    // A TLS world: the test made the certificates (support/certs.hpp, ChildTls).
+    if (const char* certs = std::getenv("CASTOR_TEST_TLS_DIR")) opts.tls = castor::test::tls_files(certs, opts.name);
+    if (std::getenv("CASTOR_TEST_BULK_SOCKET")) opts.bulk_same_host = false;
     auto w = castor::init_rpc(opts);
     if (argc < 6) {
       w.shutdown();

@@ -86,7 +86,9 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
     link = links_[size_t(to)].get();
   }
   std::lock_guard<std::mutex> lock(link->mtx);
-  if (link->broken) return nullptr;
+  // Again under the link's lock: a stop() since the check above has passed
+  // this link already, and would never join a writer started now.
+  if (link->broken || stopping_) return nullptr;
   if (link->stream.fd() >= 0) return link;
   if (!open(*link)) return nullptr;
   link->writer = std::thread([this, link] { write_loop(*link); });

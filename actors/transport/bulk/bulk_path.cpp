@@ -45,12 +45,15 @@ namespace castor::detail {
 //      worker keeps serving (see Note [Hostile input]).
 //  B6. In a TLS cluster every bulk link is TLS: the door runs the handshake
 //      (both sides verified against the cluster CA, T1 of Note [TLS]) before
-//      the link's greeting, so castor never sends a plain byte there. A
+//      the link's greeting (the door's own greeting is plain, as on every
+//      port: D6), so no message or tensor byte travels in plain. A
 //      link's session is used by one thread only, its writer on one side and
 //      its reader on the other (an OpenSSL session cannot take reads and
 //      writes from two threads), and writes through castor's BIO (no
-//      SIGPIPE, T7). B7 stays on: addresses travel inside the session, and
-//      the bytes move kernel to kernel, never over a network.
+//      SIGPIPE, T7). OpenSSL encrypts into its own buffer and decrypts in
+//      its record buffer, so B1's "straight from and into tensor memory"
+//      gains a copy each way. B7 stays on: addresses travel inside the
+//      session, and the bytes move kernel to kernel, never over a network.
 //  B7. Same host: when the receiver finds in the greeting that the sender
 //      runs on its machine and in its pid namespace (same boot id, same
 //      namespace), the frame carries the tensors' addresses instead of their

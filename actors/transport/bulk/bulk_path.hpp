@@ -1,7 +1,8 @@
 // The bulk path: messages carrying large tensors travel on a TCP connection
 // (TLS in a TLS cluster) per ordered worker pair, beside CAF's BASP links, so
 // that tensor bytes are written from and read into tensor memory with no
-// extra copy and no BASP framing. See Note [Bulk path] in bulk_path.cpp.
+// BASP framing (and, without TLS, no copy in user space). See Note [Bulk
+// path] in bulk_path.cpp.
 #pragma once
 
 #include <atomic>
