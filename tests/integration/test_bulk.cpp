@@ -10,12 +10,14 @@
 
 #include <chrono>
 #include <optional>
+#include <vector>
 
 #include <ATen/ATen.h>
 
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
+#include "rref/rref.hpp"
 #include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -34,7 +36,20 @@ uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bul
 // once they settle (castor::test::eventually), not at the instant the call
 // returns.
 
+// Records the order its calls arrive in: one object's methods run one at a
+// time in arrival order (Note [Remote objects]).
+struct ArrivalLog {
+  int64_t record(int64_t i, at::Tensor payload) {
+    seen.push_back(payload.numel() > 0 ? i : -1);
+    return int64_t(seen.size());
+  }
+  std::vector<int64_t> arrivals() const { return seen; }
+  std::vector<int64_t> seen;
+};
+
 }  // namespace
+
+CASTOR_CLASS(ArrivalLog).constructor<>().method("record", &ArrivalLog::record).method("arrivals", &ArrivalLog::arrivals);
 
 TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's link") {
   // Both workers in this process: the bytes go on the socket (B7 copies only
@@ -99,6 +114,32 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   CHECK(bulk_received(w) == 3);  // the replies, on worker1's own link
   w.shutdown();
   CHECK(child.wait_exit(milliseconds(30000)) == 0);
+}
+
+TEST_CASE("one bulk link keeps its messages in the order they were sent (B3), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  auto certs = tls ? make_certs("bulk-order", {"worker0", "worker1"}) : std::string();
+  LocalWorld world(2, [&](WorkerOptions& o) {
+    if (tls) o.tls = tls_files(certs, o.name);
+  });
+  auto log = world[0].remote<ArrivalLog>("worker1");
+  // Sizes from 512 KiB to 8 MiB in turn: a later small message would
+  // overtake an earlier large one on any lane that did not keep order.
+  const int64_t n = 40;
+  std::vector<Future<int64_t>> calls;
+  for (int64_t i = 0; i < n; ++i)
+    calls.push_back(log.rpc_async(&ArrivalLog::record, i, at::full({(int64_t(1) << 17) << (i % 5)}, float(i))));
+  for (auto& f : calls) CHECK(f.wait(milliseconds(30000)) >= 1);
+  std::vector<int64_t> expected(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) expected[size_t(i)] = i;
+  CHECK(log.rpc_sync(&ArrivalLog::arrivals) == expected);
+  CHECK(eventually([&] { return bulk_sent(world[0]) == uint64_t(n); }));
+  log = RRef<ArrivalLog>();
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
 }
 
 TEST_CASE("gradients flow back through calls whose tensors took the bulk path") {
