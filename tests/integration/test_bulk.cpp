@@ -18,6 +18,7 @@
 #include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
+#include "support/arrival_log.hpp"
 #include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -36,20 +37,7 @@ uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bul
 // once they settle (castor::test::eventually), not at the instant the call
 // returns.
 
-// Records the order its calls arrive in: one object's methods run one at a
-// time in arrival order (Note [Remote objects]).
-struct ArrivalLog {
-  int64_t record(int64_t i, at::Tensor payload) {
-    seen.push_back(payload.numel() > 0 ? i : -1);
-    return int64_t(seen.size());
-  }
-  std::vector<int64_t> arrivals() const { return seen; }
-  std::vector<int64_t> seen;
-};
-
 }  // namespace
-
-CASTOR_CLASS(ArrivalLog).constructor<>().method("record", &ArrivalLog::record).method("arrivals", &ArrivalLog::arrivals);
 
 TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's link") {
   // Both workers in this process: the bytes go on the socket (B7 copies only

@@ -13,6 +13,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "actors/api/worker.hpp"
+#include "support/arrival_log.hpp"
 #include "support/mesh_classes.hpp"
 #include "support/test_functions.hpp"
 
@@ -206,6 +207,7 @@ CASTOR_FUNCTION(gated_value, [](std::string name, at::Tensor t) {
 
 CASTOR_CLASS(Scaler).constructor<double>().method("apply", &Scaler::apply).method("factor", &Scaler::factor);
 CASTOR_CLASS(Picky).constructor<>().method("check", &Picky::check);
+CASTOR_CLASS(ArrivalLog).constructor<>().method("record", &ArrivalLog::record).method("arrivals", &ArrivalLog::arrivals);
 
 CASTOR_CLASS(Counter)
     .constructor<int64_t>()
