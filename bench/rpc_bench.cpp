@@ -40,6 +40,14 @@ std::vector<Figure> bench_rpc(const Options& opts) {
                          .receive([](TerminationReport&) {}, [](caf::error&) {});
                    }, 200)});
   }
+  {
+    // The same call with the direct lane off (B8 of Note [Bulk path]): this
+    // worker has no bulk path, so both ways go through CAF's BASP link.
+    BenchWorld caf_world(opts, 2, [](WorkerOptions& o) { o.bulk_threshold = 0; });
+    out.push_back({"rpc_sync_udf_caf_us", median_us(3000 * r, [&] {
+                     caf_world.self().rpc_sync<at::Tensor>("worker1", "bench_add", x, x);
+                   }, 200)});
+  }
   std::vector<double> rates;
   for (int rep = 0; rep < 5; ++rep) {
     const int n = 20000;
@@ -85,6 +93,7 @@ std::vector<Figure> bench_rpc(const Options& opts) {
                    median_us(7 * r, [&] { tls_tcp_world.self().rpc_sync<at::Tensor>("worker1", "bench_ident", big); }, 2) /
                        1e3});
   }
+  out.push_back({"rpc_sync_udf_lane_over_caf_x", value_of(out, "rpc_sync_udf_us") / value_of(out, "rpc_sync_udf_caf_us")});
   // TLS against plain, same run (issue 21's target: <= 1.5x).
   out.push_back({"rpc_sync_udf_tls_over_plain_x", value_of(out, "rpc_sync_udf_tls_us") / value_of(out, "rpc_sync_udf_us")});
   out.push_back({"echo_64MiB_tls_over_plain_x", value_of(out, "echo_64MiB_tls_ms") / value_of(out, "echo_64MiB_ms")});

@@ -6,6 +6,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/calls/builtins.hpp"
+#include "actors/calls/delivery.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/hooks/rref_hooks.hpp"
@@ -90,7 +91,7 @@ Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallReq
       auto to = caf::actor_cast<worker_peer>(caller);
       if (reply.ok && !to_self) {
         if (rt->rrefs && reply.result.contains_rref()) rt->rrefs->fork_for(reply.result, caller_rank);
-        if (rt->bulk && rt->bulk->wants(reply.result) && rt->bulk->try_send(caller_rank, reply)) {  // Note [Bulk path]
+        if (rt->bulk && rt->bulk->try_send(caller_rank, reply)) {  // B8 of Note [Bulk path]
           rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
           return;
         }
@@ -137,29 +138,33 @@ void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
   if (!accepted) saturated();
 }
 
-void handle_request_impl(worker_pointer self, CallRequest&& req, const caf::strong_actor_ptr& sender) {
-  auto* rt = self->state.rt;
-  rt->counters.received.fetch_add(1, std::memory_order_relaxed);
-  rt->counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
+void deliver_request(Runtime& rt, CallRequest&& req, const caf::strong_actor_ptr& sender, ChunkAssembler* chunks) {
+  auto* rtp = &rt;
+  rt.counters.received.fetch_add(1, std::memory_order_relaxed);
+  rt.counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
   for (auto& a : req.args) {
-    auto err = self->state.chunks.resolve(a);
+    auto err = chunks ? chunks->resolve(a) : std::string();
     if (!err.empty()) {
-      make_replier(rt, sender, req)(
-          Outcome::failure(make_error(ErrorKind::Internal, rt->name(), "worker " + rt->name() + ": " + err)));
+      make_replier(rtp, sender, req)(
+          Outcome::failure(make_error(ErrorKind::Internal, rt.name(), "worker " + rt.name() + ": " + err)));
       return;
     }
   }
-  if (req.autograd.in_context() && req.caller != rt->rank() && rt->autograd) {
+  if (req.autograd.in_context() && req.caller != rt.rank() && rt.autograd) {
     std::vector<Value*> values;
     for (auto& a : req.args) values.push_back(&a);
-    rt->autograd->on_receive(req.autograd, values, req.caller);  // the paired RecvRpcBackward
+    rt.autograd->on_receive(req.autograd, values, req.caller);  // the paired RecvRpcBackward
   }
-  if (rt->rrefs && rt->rrefs->wants(req)) {
-    rt->rrefs->handle_request(std::move(req), sender);
+  if (rt.rrefs && rt.rrefs->wants(req)) {
+    rt.rrefs->handle_request(std::move(req), sender);
     return;
   }
-  auto reply = make_replier(rt, sender, req);
-  execute_request(rt, std::move(req), std::move(reply));
+  auto reply = make_replier(rtp, sender, req);
+  execute_request(rtp, std::move(req), std::move(reply));
+}
+
+void handle_request_impl(worker_pointer self, CallRequest&& req, const caf::strong_actor_ptr& sender) {
+  deliver_request(*self->state.rt, std::move(req), sender, &self->state.chunks);
 }
 
 void handle_chunk_impl(worker_pointer self, TensorChunk&& chunk) {

@@ -5,6 +5,7 @@
 
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/calls/large_payloads.hpp"
+#include "actors/calls/delivery.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/runtime/worker_state.hpp"
 
@@ -21,7 +22,10 @@ namespace castor::detail {
 // one structure shared by threads and the actor, hence its own mutex; the
 // actor remains the only one that expires calls (sweeps, scheduled when a
 // call's deadline is earlier than the next sweep) and fails them when a peer
-// dies or we shut down.
+// dies or we shut down. On the direct lane (B8 of Note [Bulk path]) the
+// request goes on the pair's link and the reply completes the call on that
+// link's reader thread (deliver_reply), not on the actor: still through the
+// table, so the points below hold for both.
 //  - The reply cannot beat the registration: the request is sent after add().
 //  - A peer that dies between the caller's liveness check and add() is caught
 //    by a second check after add(): the actor marks a peer dead before it
@@ -84,7 +88,7 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
     caf::send_as(actor, actor, std::move(req));
     return;
   }
-  if (bulk && bulk->wants(req.args) && bulk->try_send(to, req)) return;  // Note [Bulk path]
+  if (bulk && bulk->try_send(to, req)) return;  // B8 of Note [Bulk path]
   // The handle of the snapshot checked above: a peer dead since then loses
   // the message, and the actor fails the call (Note [Direct sends]).
   auto peer = world().member(to).handle;
@@ -94,24 +98,26 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
   caf::send_as(actor, peer, std::move(req));
 }
 
-void handle_reply_impl(worker_pointer self, CallReply&& reply) {
-  auto& st = self->state;
-  st.rt->counters.received.fetch_add(1, std::memory_order_relaxed);
-  auto call = st.rt->pending.take(reply.id);
+void deliver_reply(Runtime& rt, CallReply&& reply, ChunkAssembler* chunks) {
+  rt.counters.received.fetch_add(1, std::memory_order_relaxed);
+  auto call = rt.pending.take(reply.id);
   if (!call) return;  // late reply after a timeout or a death: dropped quietly
-  st.rt->stats.latency[call->latency_kind].record(Clock::now() - call->started);
+  rt.stats.latency[call->latency_kind].record(Clock::now() - call->started);
   if (reply.ok) {
-    auto err = st.chunks.resolve(reply.result);
+    auto err = chunks ? chunks->resolve(reply.result) : std::string();
     if (!err.empty())
-      return call->done(Outcome::failure(make_error(ErrorKind::Internal, st.rt->name(), "reply of a call: " + err)));
-    if (reply.autograd.message.valid() && st.rt->autograd)
-      st.rt->autograd->on_receive(reply.autograd, {&reply.result}, call->to);
-    if (st.rt->rrefs && reply.result.contains_rref())
-      return st.rt->rrefs->adopt_then(std::move(reply.result), std::move(call->done));  // see Note [RRef protocol]
+      return call->done(Outcome::failure(make_error(ErrorKind::Internal, rt.name(), "reply of a call: " + err)));
+    if (reply.autograd.message.valid() && rt.autograd) rt.autograd->on_receive(reply.autograd, {&reply.result}, call->to);
+    if (rt.rrefs && reply.result.contains_rref())
+      return rt.rrefs->adopt_then(std::move(reply.result), std::move(call->done));  // see Note [RRef protocol]
     call->done(Outcome::success(std::move(reply.result)));
   } else {
     call->done(Outcome::failure(std::move(reply.error)));
   }
+}
+
+void handle_reply_impl(worker_pointer self, CallReply&& reply) {
+  deliver_reply(*self->state.rt, std::move(reply), &self->state.chunks);
 }
 
 void sweep_impl(worker_pointer self) {

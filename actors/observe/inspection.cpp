@@ -109,7 +109,9 @@ json snapshot(Runtime& rt) {
                  {"messages_sent", rt.stats.bulk_sent.load()},
                  {"tensor_bytes_sent", rt.stats.bulk_bytes_sent.load()},
                  {"messages_received", rt.stats.bulk_received.load()},
-                 {"tensor_bytes_received", rt.stats.bulk_bytes_received.load()}};
+                 {"tensor_bytes_received", rt.stats.bulk_bytes_received.load()},
+                 {"lane_messages_sent", rt.stats.lane_sent.load()},
+                 {"lane_messages_received", rt.stats.lane_received.load()}};
 
   auto& messages = out["messages"] = json::object();
   for (size_t i = 0; i < kNumMessageTypes; ++i)

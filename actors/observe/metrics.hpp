@@ -42,8 +42,10 @@ class LatencyHistogram {
 struct MessageStats {
   std::array<std::atomic<uint64_t>, kNumMessageTypes> received{};
   std::array<LatencyHistogram, kNumCallLatencyKinds> latency;
-  // Note [Bulk path]: messages and tensor bytes on the bulk links.
+  // Note [Bulk path]: messages with large tensors and their bytes on the
+  // bulk links (B1), and the other calls and replies on them (B8).
   std::atomic<uint64_t> bulk_sent{0}, bulk_bytes_sent{0}, bulk_received{0}, bulk_bytes_received{0};
+  std::atomic<uint64_t> lane_sent{0}, lane_received{0};
 
   void count(MessageType t) { received[size_t(t)].fetch_add(1, std::memory_order_relaxed); }
 };

@@ -64,6 +64,10 @@ int run_worker(int rank, uint16_t port, const std::string& certs, const std::str
   o.host = "127.0.0.1";
   o.secret = kSecret;
   o.init_timeout = 60s;
+  // The fuzzer mutates the recorded BASP session between the two: the job's
+  // calls must cross it, not the bulk link's direct lane (B8 of Note [Bulk
+  // path]), whose port has its own door (tests/integration/test_door*).
+  o.bulk_threshold = 0;
   if (!certs.empty()) o.tls = {certs + "/" + o.name + ".pem", certs + "/" + o.name + ".key", certs + "/ca.pem", ""};
   try {
     auto w = castor::init_rpc(o);

@@ -8,8 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <mutex>
 #include <optional>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/ATen.h>
@@ -31,6 +35,8 @@ namespace {
 
 uint64_t bulk_sent(Worker& w) { return castor::testing::runtime(w).stats.bulk_sent.load(); }
 uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bulk_received.load(); }
+uint64_t lane_sent(Worker& w) { return castor::testing::runtime(w).stats.lane_sent.load(); }
+uint64_t lane_received(Worker& w) { return castor::testing::runtime(w).stats.lane_received.load(); }
 
 // A link's writer thread counts a send after the receiver's answer, which on
 // one host can come after the call's reply has arrived: counters are checked
@@ -39,7 +45,7 @@ uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bul
 
 }  // namespace
 
-TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's link") {
+TEST_CASE("large tensors take the bulk path both ways, small ones ride the same link as its lane (B8)") {
   // Both workers in this process: the bytes go on the socket (B7 copies only
   // from another process), plain and in a TLS cluster (B6).
   bool tls = false;
@@ -71,9 +77,14 @@ TEST_CASE("large tensors take the bulk path both ways, small ones stay on CAF's 
   CHECK(bulk_received(world[1]) == 5 + 1);
   CHECK(eventually([&] { return bulk_received(world[0]) == bulk_sent(world[1]); }));
 
+  // The split's reply (6 small parts) and every small message since the
+  // links opened: frames without large tensors (B8).
+  CHECK(eventually([&] { return lane_received(world[0]) >= 1; }));
   auto before = bulk_sent(world[0]);
+  auto lane_before = lane_sent(world[0]);
   CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", small), small));
   CHECK(bulk_sent(world[0]) == before);
+  CHECK(lane_sent(world[0]) == lane_before + 1);
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }
@@ -114,18 +125,75 @@ TEST_CASE("one bulk link keeps its messages in the order they were sent (B3), pl
     if (tls) o.tls = tls_files(certs, o.name);
   });
   auto log = world[0].remote<ArrivalLog>("worker1");
-  // Sizes from 512 KiB to 8 MiB in turn: a later small message would
-  // overtake an earlier large one on any lane that did not keep order.
-  const int64_t n = 40;
+  // Sizes from 512 KiB to 8 MiB in turn, and every third message small (B8:
+  // written by the calling thread when the link is idle, else queued behind
+  // the large ones): a later small message would overtake an earlier large
+  // one on any lane that did not keep order.
+  const int64_t n = 60;
+  int64_t large = 0;
   std::vector<Future<int64_t>> calls;
-  for (int64_t i = 0; i < n; ++i)
-    calls.push_back(log.rpc_async(&ArrivalLog::record, i, at::full({(int64_t(1) << 17) << (i % 5)}, float(i))));
+  for (int64_t i = 0; i < n; ++i) {
+    bool small = i % 3 == 2;
+    large += small ? 0 : 1;
+    auto size = small ? int64_t(16) : (int64_t(1) << 17) << (i % 5);
+    calls.push_back(log.rpc_async(&ArrivalLog::record, i, at::full({size}, float(i))));
+  }
   for (auto& f : calls) CHECK(f.wait(milliseconds(30000)) >= 1);
   std::vector<int64_t> expected(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) expected[size_t(i)] = i;
   CHECK(log.rpc_sync(&ArrivalLog::arrivals) == expected);
-  CHECK(eventually([&] { return bulk_sent(world[0]) == uint64_t(n); }));
+  CHECK(eventually([&] { return bulk_sent(world[0]) == uint64_t(large); }));
+  CHECK(lane_sent(world[0]) >= uint64_t(n - large));
   log = RRef<ArrivalLog>();
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("small calls and replies ride the link once it is open, from many threads at once (B8), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  auto certs = tls ? make_certs("bulk-lane", {"worker0", "worker1"}) : std::string();
+  LocalWorld world(2, [&](WorkerOptions& o) {
+    if (tls) o.tls = tls_files(certs, o.name);
+  });
+  // A small message does not wait for the link: it opens in the background
+  // and the message goes through CAF meanwhile.
+  auto x = at::rand({4});
+  int64_t through_caf = 0;
+  CHECK(eventually([&] {
+    ++through_caf;
+    return at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x) && lane_sent(world[0]) >= 1 &&
+           lane_sent(world[1]) >= 1;
+  }));
+  CAPTURE(through_caf);
+  auto sent = lane_sent(world[0]), received = lane_received(world[0]);
+  // Callers race for the idle link: one writes, the others queue behind it.
+  const int threads = 4, per_thread = 100;
+  std::atomic<int> wrong{0};
+  std::mutex mtx;
+  std::vector<std::string> errors;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < threads; ++t)
+    callers.emplace_back([&, t] {
+      for (int i = 0; i < per_thread; ++i) {
+        auto v = at::full({8}, float(t * 1000 + i));
+        try {
+          if (!at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", v), v)) ++wrong;
+        } catch (const RpcError& e) {
+          std::lock_guard<std::mutex> lock(mtx);
+          errors.push_back(e.what());
+        }
+      }
+    });
+  for (auto& c : callers) c.join();
+  CHECK(wrong.load() == 0);
+  std::string first_error = errors.empty() ? std::string() : errors.front();
+  CHECK_MESSAGE(errors.empty(), first_error);
+  CHECK(lane_sent(world[0]) - sent == uint64_t(threads * per_thread));
+  CHECK(eventually([&] { return lane_received(world[0]) - received == uint64_t(threads * per_thread); }));
+  CHECK(bulk_sent(world[0]) == 0);
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

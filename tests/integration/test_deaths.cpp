@@ -220,6 +220,17 @@ void kill_worker1_at(const std::string& point) {
       // Mid-transfer: "the bulk link to worker worker1 broke: ..."; after it,
       // "worker worker1 is unreachable": both name it and the cause.
       expected_error = "worker worker1";
+    } else if (point == "small calls on the lane") {
+      // B8: once worker0's link to worker1 is open, small calls ride it;
+      // four of them wait on worker1 at the kill.
+      auto& stats = castor::testing::runtime(w0).stats;
+      CHECK(eventually([&] {
+        return w0.rpc_sync<int64_t>("worker1", "add_ints", int64_t(1), int64_t(2)) == 3 && stats.lane_sent.load() >= 1;
+      }, milliseconds(10000)));
+      auto before = stats.lane_sent.load();
+      for (int i = 0; i < 4; ++i) int_calls.push_back(w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000)));
+      CHECK(eventually([&] { return stats.lane_sent.load() == before + 4; }, milliseconds(10000)));
+      REQUIRE(eventually([&] { return held_counts(w0).at("calls_outgoing") == 4; }, milliseconds(10000)));
     } else if (point == "nested call") {
       // worker1 calls worker0 back twice; worker0 is serving both at the kill.
       int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));
@@ -262,7 +273,7 @@ void kill_worker1_at(const std::string& point) {
 
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
-                            "bulk transfer, TLS", "nested call"}) {
+                            "bulk transfer, TLS", "small calls on the lane", "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }

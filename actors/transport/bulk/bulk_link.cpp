@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <system_error>
 
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
@@ -50,7 +51,7 @@ void fail_unsent(Runtime& rt, WorkerId to, Frame& m, const std::string& why) {
 // receiver's answer, or (B1) their bytes.
 bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
   bool send_bytes = true;
-  if (link.same_host) {  // B7: addresses, then wait for the receiver's copy
+  if (link.same_host && !out.tensors.empty()) {  // B7: addresses, then wait for the receiver's copy
     out.head[1] = char(kAddresses);
     for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
     char answer = 0;
@@ -69,7 +70,7 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
 
 }  // namespace
 
-BulkPath::Link* BulkPath::link_to(WorkerId to) {
+BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
   // Until init is done the peers' bulk ports may still be filled in (Note
   // [Masterless join]); a call served that early goes through CAF.
   if (rt_.state.load() == RunState::starting) return nullptr;
@@ -85,18 +86,33 @@ BulkPath::Link* BulkPath::link_to(WorkerId to) {
     }
     link = links_[size_t(to)].get();
   }
-  std::lock_guard<std::mutex> lock(link->mtx);
+  std::unique_lock<std::mutex> lock(link->mtx);
   // Again under the link's lock: a stop() since the check above has passed
   // this link already, and would never join a writer started now.
   if (link->broken || stopping_) return nullptr;
   if (link->stream.fd() >= 0) return link;
-  if (!open(*link)) return nullptr;
-  link->writer = std::thread([this, link] { write_loop(*link); });
-  return link;
+  // B8: the link's writer opens it, so that no sender (which may be a CAF
+  // thread) waits on a dial or a greeting it did not ask to wait for.
+  if (!link->writer.joinable()) {
+    try {
+      link->writer = std::thread([this, link] {
+        if (open(*link)) write_loop(*link);
+      });
+    } catch (const std::system_error& e) {  // out of threads (a big world on a small host): CAF carries on (B4)
+      link->broken = true;
+      std::fprintf(stderr, "castor[%s]: no bulk link to worker %s: cannot start its thread (%s); its messages go through CAF\n",
+                   rt_.name().c_str(), rt_.name_of(to).c_str(), e.what());
+      return nullptr;
+    }
+  }
+  if (!wait) return nullptr;
+  link->cv.wait(lock, [&] { return link->stream.fd() >= 0 || link->broken || stopping_; });
+  return link->stream.fd() >= 0 && !link->broken && !stopping_ ? link : nullptr;
 }
 
-// Under the link's lock: the door's greeting (and the TLS handshake in a TLS
-// cluster: B6), then the bulk link's own greeting (B3).
+// On the link's writer thread, before it writes: the door's greeting (and
+// the TLS handshake in a TLS cluster: B6), then the bulk link's own greeting
+// (B3); the link's lock only to install the result.
 bool BulkPath::open(Link& link) {
   auto peer = rt_.world().member(link.to);  // a copy: the world may move on meanwhile
   auto dialed = dial(rt_.transport->dial_options(), peer.host, peer.bulk_port, door::Purpose::bulk,
@@ -104,6 +120,7 @@ bool BulkPath::open(Link& link) {
   int fd = dialed.fd;
   std::string why = dialed.error;
   Stream stream(fd, std::move(dialed.ssl));
+  bool same_host = false;
   if (fd >= 0) {
     net::set_nonblocking(fd, false);
     net::set_bulk_buffers(fd);
@@ -128,50 +145,72 @@ bool BulkPath::open(Link& link) {
       ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
       ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
     }
-    link.same_host = answer == kSameHost && rt_.opts.bulk_same_host;
+    same_host = answer == kSameHost && rt_.opts.bulk_same_host;
   }
+  std::lock_guard<std::mutex> lock(link.mtx);
+  if (fd >= 0 && stopping_) ::close(fd), fd = -1, why = "this worker is stopping";
   if (fd < 0) {
     link.broken = true;
-    std::fprintf(stderr, "castor[%s]: no bulk link to worker %s (%s:%u: %s); its large messages go through CAF\n",
-                 rt_.name().c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
+    link.cv.notify_all();
+    if (!stopping_)
+      std::fprintf(stderr, "castor[%s]: no bulk link to worker %s (%s:%u: %s); its messages go through CAF\n",
+                   rt_.name().c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
     return false;
   }
   link.stream = std::move(stream);
+  link.same_host = same_host;
+  link.cv.notify_all();
   return true;
 }
 
+// B8: the writer sends only what a caller could not send itself (a frame
+// with large tensors, or one queued behind another), one frame at a time
+// whoever writes.
 void BulkPath::write_loop(Link& link) {
   for (;;) {
     Frame out;
     {
       std::unique_lock<std::mutex> lock(link.mtx);
-      link.cv.wait(lock, [&] { return !link.queue.empty() || stopping_; });
-      if (link.queue.empty()) return;
+      link.cv.wait(lock, [&] { return (!link.queue.empty() && !link.writing) || link.broken || stopping_; });
+      if (link.broken || link.queue.empty()) return;
       out = std::move(link.queue.front());
       link.queue.pop_front();
+      link.writing = true;
     }
-    uint64_t bytes = 0;
-    for (auto& t : out.tensors) bytes += wire::wire_bytes(t);
-    errno = 0;
-    if (send_frame(rt_, link, out)) {
-      rt_.stats.bulk_sent.fetch_add(1, std::memory_order_relaxed);
-      rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-      continue;
-    }
-    // B4: this frame and everything queued behind it fail now.
-    auto why = "the bulk link to worker " + rt_.name_of(link.to) + " broke" +
-               (errno ? std::string(": ") + std::strerror(errno) : std::string());
-    std::deque<Frame> lost;
-    {
-      std::lock_guard<std::mutex> lock(link.mtx);
+    if (!write_frame(link, out)) return;
+  }
+}
+
+// Writes `out`, which the caller took with `writing` set; clears it. On a
+// break, fails `out` and everything queued (B4). Returns whether it was sent.
+bool BulkPath::write_frame(Link& link, Frame& out) {
+  uint64_t bytes = 0;
+  for (auto& t : out.tensors) bytes += wire::wire_bytes(t);
+  errno = 0;
+  bool sent = send_frame(rt_, link, out);
+  int err = errno;
+  std::deque<Frame> lost;
+  {
+    std::lock_guard<std::mutex> lock(link.mtx);
+    link.writing = false;
+    if (!sent) {
       link.broken = true;
       lost.swap(link.queue);
     }
-    lost.push_front(std::move(out));
-    if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name().c_str(), why.c_str());
-    for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
-    return;
   }
+  link.cv.notify_all();  // the writer (queued frames), stop() (waits for `writing`)
+  if (sent) {
+    (out.tensors.empty() ? rt_.stats.lane_sent : rt_.stats.bulk_sent).fetch_add(1, std::memory_order_relaxed);
+    rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+    return true;
+  }
+  // B4: this frame and everything queued behind it fail now.
+  auto why = "the bulk link to worker " + rt_.name_of(link.to) + " broke" +
+             (err ? std::string(": ") + std::strerror(err) : std::string());
+  lost.push_front(std::move(out));
+  if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name().c_str(), why.c_str());
+  for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
+  return false;
 }
 
 }  // namespace castor::detail

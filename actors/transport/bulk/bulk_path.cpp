@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <system_error>
 
 #include "actors/api/errors.hpp"
 #include "actors/runtime/runtime.hpp"
@@ -22,7 +23,8 @@ namespace castor::detail {
 // BASP copies a message into its buffers, frames it, and copies it out again
 // on the other side; for tensors of megabytes that costs more than the
 // network. So a call or reply to another worker that carries a tensor of at
-// least WorkerOptions::bulk_threshold bytes goes on the bulk link instead:
+// least WorkerOptions::bulk_threshold bytes goes on the bulk link instead
+// (and, B8, so does every other call and reply: the link is their direct lane):
 //
 //  B1. Frame: the message's CAF encoding (its envelope), in which each large
 //      tensor is an ExternalTensor placeholder (dtype, sizes), then the raw
@@ -65,8 +67,31 @@ namespace castor::detail {
 //      B1 and the link stays on TCP. Values stay copies either way. The
 //      receiver copies only from the pid the sender's rank joined with.
 //      From 8 MiB the copy is split across two threads (copy_from_process).
+//  B8. Direct lane: a CAF send from a thread other than the middleman's wakes
+//      its multiplexer (a pipe write, epoll_ctl, epoll_wait, the write), and
+//      the reply wakes the receiving worker actor before the caller. So every
+//      successful call and reply to a peer takes the link (error replies stay
+//      on CAF), and a frame without large tensors is written by the sending
+//      thread itself when the link is idle (no frame queued, none being
+//      written); otherwise it is queued behind the others and the link's
+//      writer thread (started with the first queued frame) sends it. One
+//      frame is written at a time by whichever thread, so B3's order holds.
+//      A well-formed reply completes its call on the reader's thread
+//      (deliver_reply: the pending table, counters and the autograd and RRef
+//      hand-offs are thread-safe); requests still go to the worker actor
+//      (B2), which checks them. A sending thread blocks only while the
+//      socket's buffer is full, as a writer would; stop() waits for it.
+//      Only in worlds of up to kLaneMaxWorld workers: each link has its own
+//      reader and writer threads, and an all-to-all round among 128 workers
+//      on one host opened 16,000 links at once, ran out of threads and
+//      stalled the doors. Larger worlds keep the links for large tensors
+//      until one epoll thread per worker reads them all.
 
 using namespace bulk;
+
+namespace {
+constexpr int kLaneMaxWorld = 32;  // B8
+}  // namespace
 
 BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
   // B3: the bulk port is behind the door like every port castor listens on
@@ -83,30 +108,33 @@ BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
 
 BulkPath::~BulkPath() { stop(); }
 
-bool BulkPath::wants(const Value& value) const {
-  return rt_.opts.bulk_threshold > 0 && has_large(value, rt_.opts.bulk_threshold);
-}
-
-bool BulkPath::wants(const std::vector<Value>& values) const {
-  for (auto& v : values)
-    if (wants(v)) return true;
-  return false;
-}
-
-// Under the link's lock from the check to the push: a link that breaks
-// meanwhile leaves the message untouched for CAF (B4).
+// Under the link's lock from the check to the hand-off: a link that breaks
+// meanwhile leaves the message untouched for CAF (B4). B8: an idle link
+// takes a frame without large tensors from this thread at once.
 bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
                     const std::function<std::vector<char>()>& encode) {
-  auto* link = link_to(to);
+  // B8: a message with a large tensor waits for the link to open (it is
+  // what the link is for); any other goes through CAF until it is open.
+  bool large = false;
+  for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
+  if (!large && rt_.world().size() > size_t(kLaneMaxWorld)) return false;
+  auto* link = link_to(to, large);
   if (!link) return false;
+  Frame frame;
   {
     std::lock_guard<std::mutex> lock(link->mtx);
-    if (link->broken) return false;
+    if (link->broken || stopping_) return false;
     std::vector<at::Tensor> tensors;
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
-    link->queue.push_back(make_frame(type, encode(), std::move(tensors), id));
+    frame = make_frame(type, encode(), std::move(tensors), id);
+    if (!frame.tensors.empty() || link->writing || !link->queue.empty()) {
+      link->queue.push_back(std::move(frame));
+      link->cv.notify_all();
+      return true;
+    }
+    link->writing = true;
   }
-  link->cv.notify_one();
+  write_frame(*link, frame);  // a break fails the message as the writer would (B4)
   return true;
 }
 
@@ -149,11 +177,19 @@ void BulkPath::start_reader(Admitted admitted) {
   }
   auto done = std::make_shared<std::atomic<bool>>(false);
   auto stream = std::make_shared<Stream>(fd, std::move(admitted.ssl));
-  readers_.push_back(Reader{std::thread([this, stream, done] {
-                              read_loop(*stream);
-                              done->store(true);
-                            }),
-                            fd, done});
+  std::thread reader;
+  try {
+    reader = std::thread([this, stream, done] {
+      read_loop(*stream);
+      done->store(true);
+    });
+  } catch (const std::system_error& e) {  // out of threads: the peer's messages go through CAF (B4)
+    std::fprintf(stderr, "castor[%s]: closed a bulk link from %s: cannot start its reader (%s)\n", rt_.name().c_str(),
+                 net::peer_address(fd).c_str(), e.what());
+    ::close(fd);
+    return;
+  }
+  readers_.push_back(Reader{std::move(reader), fd, done});
 }
 
 void BulkPath::stop() {
@@ -172,8 +208,13 @@ void BulkPath::stop() {
   for (auto& l : links_)
     if (l && l->writer.joinable()) l->writer.join();
   for (auto& r : readers_) r.thread.join();
-  for (auto& l : links_)
-    if (l && l->stream.fd() >= 0) ::close(l->stream.fd());
+  for (auto& l : links_) {
+    if (!l) continue;
+    // B8: a caller may still be in a write (failing now: the socket is shut).
+    std::unique_lock<std::mutex> link_lock(l->mtx);
+    l->cv.wait(link_lock, [&] { return !l->writing; });
+    if (l->stream.fd() >= 0) ::close(l->stream.fd());
+  }
   for (auto& r : readers_) ::close(r.fd);
 }
 

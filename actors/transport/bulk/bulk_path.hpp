@@ -21,6 +21,7 @@ class Runtime;
 struct Admitted;
 namespace bulk {
 class Stream;
+struct Frame;
 }
 
 class BulkPath {
@@ -33,12 +34,10 @@ class BulkPath {
 
   uint16_t port() const { return port_; }
 
-  /// Whether a message with these values should take the bulk path.
-  bool wants(const std::vector<Value>& values) const;
-  bool wants(const Value& value) const;
-
-  /// Queues `msg` for `to`; false (and `msg` untouched) when the link to
-  /// `to` cannot be opened: the caller sends through CAF instead.
+  /// Sends `msg` to `to` on the link (B8: from this thread when the link is
+  /// idle and `msg` has no large tensor, else through the link's writer);
+  /// false (and `msg` untouched) when the link to `to` cannot be opened or
+  /// is broken: the caller sends through CAF instead.
   bool try_send(WorkerId to, CallRequest& msg);
   bool try_send(WorkerId to, CallReply& msg);
 
@@ -48,9 +47,10 @@ class BulkPath {
   struct Link;  // bulk_link.hpp
 
  private:
-  Link* link_to(WorkerId to);                       // bulk_link.cpp
+  Link* link_to(WorkerId to, bool wait);            // bulk_link.cpp
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
+  bool write_frame(Link& link, bulk::Frame& out);   // bulk_link.cpp
   void start_reader(Admitted admitted);             // on the door's thread
   void read_loop(bulk::Stream& stream);             // bulk_reader.cpp
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,

@@ -12,6 +12,7 @@
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
 
+#include "actors/calls/delivery.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
@@ -145,13 +146,23 @@ void BulkPath::read_loop(Stream& stream) {
       if (ext.requires_grad) received[i].set_requires_grad(true);
       *slots[i] = Value(std::move(received[i]));
     }
-    rt_.stats.bulk_received.fetch_add(1, std::memory_order_relaxed);
+    (count ? rt_.stats.bulk_received : rt_.stats.lane_received).fetch_add(1, std::memory_order_relaxed);
     for (auto n : lengths) rt_.stats.bulk_bytes_received.fetch_add(n, std::memory_order_relaxed);
-    // B2: as if the peer's worker actor had sent it through CAF.
-    if (type == kRequest)
+    // B2: as if the peer's worker actor had sent it through CAF; B8: a
+    // well-formed call or reply is delivered from here, without waking the
+    // actor (malformed ones go to the actor, which reports them).
+    if (type == kRequest && !req.malformed.empty()) {
       caf::send_as(sender, rt_.actor, std::move(req));
-    else
+    } else if (type == kRequest) {
+      if (req.caller != from) return drop("a call from rank " + std::to_string(req.caller) + " on its link");
+      rt_.stats.count(MessageType::call_request);
+      deliver_request(rt_, std::move(req), caf::actor_cast<caf::strong_actor_ptr>(sender), nullptr);
+    } else if (reply.malformed.empty()) {
+      rt_.stats.count(MessageType::call_reply);
+      deliver_reply(rt_, std::move(reply), nullptr);
+    } else {
       caf::send_as(sender, rt_.actor, std::move(reply));
+    }
     caf::logger::set_current_actor_system(nullptr);
   }
 }
