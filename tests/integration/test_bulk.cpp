@@ -18,7 +18,11 @@
 
 #include <ATen/ATen.h>
 
+#include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/dialer.hpp"
+#include "actors/transport/sockets.hpp"
+#include "messages/rendezvous.hpp"
 #include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
@@ -237,6 +241,56 @@ TEST_CASE("garbage on a bulk port closes that link, the worker keeps serving") {
   auto out = bounded(milliseconds(30000), "a call after garbage on the bulk port",
                      [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", big); });
   CHECK(at::equal(out, big));
+}
+
+TEST_CASE("a call on a bulk link must name the link's own rank as its caller: a forged one closes the link (B8)") {
+  namespace bulk = castor::detail::bulk;
+  LocalWorld world(2);
+  // A stranger that passed worker1's door and greets as worker0's link (the
+  // greeting's rank is checked against the world only: B3).
+  castor::detail::DialOptions opts;
+  opts.wire_version = uint16_t(castor::kWireProtocolVersion);
+  auto d = castor::detail::dial(opts, "127.0.0.1", castor::testing::runtime(world[1]).bulk->port(),
+                                castor::detail::door::Purpose::bulk,
+                                castor::detail::net::Clock::now() + std::chrono::seconds(5));
+  REQUIRE(d.ok());
+  castor::detail::net::set_nonblocking(d.fd, false);
+  timeval limit{10, 0};
+  ::setsockopt(d.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  auto send_bytes = [&](const std::vector<char>& bytes) {
+    REQUIRE(::send(d.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()));
+  };
+  std::vector<char> hello;
+  bulk::put(hello, bulk::kMagic);
+  bulk::put(hello, int32_t(0));
+  bulk::put(hello, uint32_t(castor::kWireProtocolVersion));
+  bulk::put(hello, int32_t(0));   // pid: none
+  bulk::put(hello, uint32_t(0));  // host identity: none
+  send_bytes(hello);
+  char answer = 0;
+  REQUIRE(::recv(d.fd, &answer, 1, 0) == 1);
+  CHECK(answer == bulk::kOtherHost);
+  auto call = [&](castor::WorkerId caller, uint64_t n) {
+    castor::CallRequest req;
+    req.id = castor::CallId(0, uint64_t(1) << 40 | n);
+    req.caller = caller;
+    req.function = "sleep_ms";
+    req.args = {castor::Value(int64_t(1))};
+    send_bytes(bulk::make_frame(bulk::kRequest, bulk::envelope_of(req), {}, req.id).head);
+  };
+  // A call that claims to come from worker1 itself: worker1 closes the
+  // link without running it. (A call in worker0's name would run: a
+  // stranger at a door without a secret is a peer, which the warning at
+  // start says.)
+  auto before = finished_slow_calls.load();
+  call(1, 1);
+  char byte = 0;
+  CHECK(::recv(d.fd, &byte, 1, 0) == 0);
+  ::close(d.fd);
+  CHECK(world[0].rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(1)) == 1);
+  CHECK(finished_slow_calls.load() == before + 1);  // that call, not the forged one
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
 }
 
 TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
