@@ -140,8 +140,11 @@ void execute_request(Runtime* rt, CallRequest&& req, Completion reply) {
 
 void deliver_request(Runtime& rt, CallRequest&& req, const caf::strong_actor_ptr& sender, ChunkAssembler* chunks) {
   auto* rtp = &rt;
-  rt.counters.received.fetch_add(1, std::memory_order_relaxed);
+  // In flight before received: a termination probe between the two must not
+  // see the sums balanced and nothing running (off the actor nothing else
+  // orders them).
   rt.counters.in_flight.fetch_add(1, std::memory_order_acq_rel);
+  rt.counters.received.fetch_add(1, std::memory_order_relaxed);
   for (auto& a : req.args) {
     auto err = chunks ? chunks->resolve(a) : std::string();
     if (!err.empty()) {

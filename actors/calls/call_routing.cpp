@@ -99,7 +99,13 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
 }
 
 void deliver_reply(Runtime& rt, CallReply&& reply, ChunkAssembler* chunks) {
-  rt.counters.received.fetch_add(1, std::memory_order_relaxed);
+  // Counted once its call is completed (and the callbacks that may make new
+  // calls posted): a termination probe that sees it counted also sees what
+  // it started (Note [Graceful shutdown]; off the actor nothing else orders them).
+  struct CountReceived {
+    Runtime& rt;
+    ~CountReceived() { rt.counters.received.fetch_add(1, std::memory_order_relaxed); }
+  } count{rt};
   auto call = rt.pending.take(reply.id);
   if (!call) return;  // late reply after a timeout or a death: dropped quietly
   rt.stats.latency[call->latency_kind].record(Clock::now() - call->started);

@@ -4,6 +4,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/runtime/runtime.hpp"
+#include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/runtime/worker_state.hpp"
 
 namespace castor::detail {
@@ -53,6 +54,7 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   // (Note [Direct sends]); a dead worker stays dead.
   rt->membership.update([&](const World& w) { return w.with_death(rank, std::chrono::system_clock::now()); });
   st.chunks.drop_from(rank);
+  if (rt->bulk) rt->bulk->peer_down(rank);  // B8 of Note [Bulk path]
   auto who = rt->name_of(rank);
   if (rt->state.load() != RunState::stopped) {
     int64_t failed = 0;

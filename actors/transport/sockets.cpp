@@ -3,10 +3,12 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -164,6 +166,13 @@ void set_bulk_buffers(int fd) {
   set_nodelay(fd);
   ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &big, sizeof big);
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+}
+
+bool has_send_room(int fd, size_t bytes) {
+  int queued = 0, size = 0;
+  socklen_t len = sizeof size;
+  if (::ioctl(fd, SIOCOUTQ, &queued) != 0 || ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &len) != 0) return false;
+  return queued >= 0 && size > 0 && size_t(queued) + bytes <= size_t(size);
 }
 
 std::string peer_address(int fd) {

@@ -169,13 +169,26 @@ bool BulkPath::open(Link& link) {
 void BulkPath::write_loop(Link& link) {
   for (;;) {
     Frame out;
+    std::deque<Frame> unsent;
+    bool ending = false;
     {
+      // Never beside a caller's write (one thread per session: B6, B8).
       std::unique_lock<std::mutex> lock(link.mtx);
-      link.cv.wait(lock, [&] { return (!link.queue.empty() && !link.writing) || link.broken || stopping_; });
-      if (link.broken || link.queue.empty()) return;
-      out = std::move(link.queue.front());
-      link.queue.pop_front();
-      link.writing = true;
+      link.cv.wait(lock, [&] { return !link.writing && (!link.queue.empty() || link.broken || stopping_); });
+      if (link.broken || stopping_) {
+        ending = true;
+        link.broken = true;
+        unsent.swap(link.queue);
+      } else {
+        out = std::move(link.queue.front());
+        link.queue.pop_front();
+        link.writing = true;
+      }
+    }
+    if (ending) {  // B4: what is still queued (at a stop) fails now
+      auto why = stopping_ ? "worker " + rt_.name() + " is stopping" : "worker " + rt_.name_of(link.to) + " was found dead";
+      for (auto& m : unsent) fail_unsent(rt_, link.to, m, why);
+      return;
     }
     if (!write_frame(link, out)) return;
   }

@@ -78,9 +78,17 @@ namespace castor::detail {
 //      frame is written at a time by whichever thread, so B3's order holds.
 //      A well-formed reply completes its call on the reader's thread
 //      (deliver_reply: the pending table, counters and the autograd and RRef
-//      hand-offs are thread-safe); requests still go to the worker actor
-//      (B2), which checks them. A sending thread blocks only while the
-//      socket's buffer is full, as a writer would; stop() waits for it.
+//      hand-offs are thread-safe), and so does a well-formed call whose
+//      caller is the link's rank (deliver_request: what the worker actor
+//      does with one from CAF); malformed ones go to the actor, which
+//      reports them (B5). Nothing is delivered from a rank the world has
+//      found dead, and a peer's death shuts its links (peer_down), so no
+//      thread waits on a host that vanished. A sending thread writes only
+//      when the socket's buffer has room for the frame and a margin, so it
+//      never waits for the peer, and never on a link's reader thread (a
+//      small builtin's reply is sent from there: two readers blocked
+//      writing to each other would never read again); stop() waits for a
+//      write in progress.
 //      Only in worlds of up to kLaneMaxWorld workers: each link has its own
 //      reader and writer threads, and an all-to-all round among 128 workers
 //      on one host opened 16,000 links at once, ran out of threads and
@@ -91,6 +99,12 @@ using namespace bulk;
 
 namespace {
 constexpr int kLaneMaxWorld = 32;  // B8
+// B8: what a direct write leaves free in the socket's buffer (TLS records
+// add a little to each frame), so that it never waits for the peer.
+constexpr size_t kSendRoomMargin = 64 * 1024;
+// B8: a link's reader never writes itself: two readers each blocked on a
+// full buffer towards the other would never read again.
+thread_local bool on_reader_thread = false;
 }  // namespace
 
 BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
@@ -127,7 +141,8 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     std::vector<at::Tensor> tensors;
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
     frame = make_frame(type, encode(), std::move(tensors), id);
-    if (!frame.tensors.empty() || link->writing || !link->queue.empty()) {
+    if (!frame.tensors.empty() || link->writing || !link->queue.empty() || on_reader_thread ||
+        !net::has_send_room(link->stream.fd(), frame.head.size() + kSendRoomMargin)) {
       link->queue.push_back(std::move(frame));
       link->cv.notify_all();
       return true;
@@ -180,6 +195,7 @@ void BulkPath::start_reader(Admitted admitted) {
   std::thread reader;
   try {
     reader = std::thread([this, stream, done] {
+      on_reader_thread = true;
       read_loop(*stream);
       done->store(true);
     });
@@ -190,6 +206,16 @@ void BulkPath::start_reader(Admitted admitted) {
     return;
   }
   readers_.push_back(Reader{std::move(reader), fd, done});
+}
+
+void BulkPath::peer_down(WorkerId rank) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  if (rank < 0 || size_t(rank) >= links_.size() || !links_[size_t(rank)]) return;
+  auto& link = *links_[size_t(rank)];
+  std::lock_guard<std::mutex> link_lock(link.mtx);
+  link.broken = true;  // B4: what is queued fails with the writer's next wake
+  if (link.stream.fd() >= 0) ::shutdown(link.stream.fd(), SHUT_RDWR);
+  link.cv.notify_all();
 }
 
 void BulkPath::stop() {

@@ -41,6 +41,11 @@ class BulkPath {
   bool try_send(WorkerId to, CallRequest& msg);
   bool try_send(WorkerId to, CallReply& msg);
 
+  /// B8: `rank` was found dead: its outgoing link is shut, so that no
+  /// thread waits on a write to a host that vanished. Its readers deliver
+  /// nothing more.
+  void peer_down(WorkerId rank);
+
   /// Closes every link and joins every thread. Idempotent.
   void stop();
 

@@ -1,5 +1,5 @@
 // The receiving side of a bulk link: its greeting (B3), then frame after
-// frame rebuilt and handed to the worker actor as the peer's (B1, B2, B5, B7).
+// frame rebuilt and delivered as the peer's (B1, B2, B5, B7, B8).
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,6 +151,7 @@ void BulkPath::read_loop(Stream& stream) {
     // B2: as if the peer's worker actor had sent it through CAF; B8: a
     // well-formed call or reply is delivered from here, without waking the
     // actor (malformed ones go to the actor, which reports them).
+    if (!rt_.world().alive(from)) return drop("worker " + rt_.name_of(from) + " was found dead");  // B8
     if (type == kRequest && !req.malformed.empty()) {
       caf::send_as(sender, rt_.actor, std::move(req));
     } else if (type == kRequest) {
