@@ -3,12 +3,11 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <linux/sockios.h>
+#include <linux/sock_diag.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -168,11 +167,14 @@ void set_bulk_buffers(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
 }
 
+// The kernel's own measure: what the queued buffers take with their
+// overhead (SIOCOUTQ counts payload only, and many small frames unacked by
+// a vanished peer fill the buffer long before their bytes do).
 bool has_send_room(int fd, size_t bytes) {
-  int queued = 0, size = 0;
-  socklen_t len = sizeof size;
-  if (::ioctl(fd, SIOCOUTQ, &queued) != 0 || ::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, &len) != 0) return false;
-  return queued >= 0 && size > 0 && size_t(queued) + bytes <= size_t(size);
+  uint32_t info[SK_MEMINFO_VARS] = {};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, SOL_SOCKET, SO_MEMINFO, info, &len) != 0 || len < sizeof info) return false;
+  return uint64_t(info[SK_MEMINFO_WMEM_QUEUED]) + bytes <= uint64_t(info[SK_MEMINFO_SNDBUF]);
 }
 
 std::string peer_address(int fd) {

@@ -36,9 +36,9 @@ void set_nonblocking(int fd, bool on);
 void set_nodelay(int fd);
 /// TCP_NODELAY and 4 MiB socket buffers, for links that carry megabytes.
 void set_bulk_buffers(int fd);
-/// Whether `fd`'s send buffer takes `bytes` more now (what is queued, sent
-/// or not yet acknowledged, plus `bytes`, within SO_SNDBUF): a blocking
-/// write of that much would not wait for the peer. False on any error.
+/// Whether `fd`'s send buffer takes `bytes` more now (the memory its queued,
+/// unacknowledged data takes, plus `bytes`, within the buffer's limit): a
+/// blocking write of that much would not wait for the peer. False on any error.
 bool has_send_room(int fd, size_t bytes);
 
 /// "10.0.0.9:51234" of the peer (or "?"); the host part alone.

@@ -210,7 +210,9 @@ void BulkPath::start_reader(Admitted admitted) {
 
 void BulkPath::peer_down(WorkerId rank) {
   std::lock_guard<std::mutex> lock(mtx_);
-  if (rank < 0 || size_t(rank) >= links_.size() || !links_[size_t(rank)]) return;
+  // After stop() the links' fds are closed, their numbers maybe reused by
+  // another socket of this process: never touch them again.
+  if (stopping_ || rank < 0 || size_t(rank) >= links_.size() || !links_[size_t(rank)]) return;
   auto& link = *links_[size_t(rank)];
   std::lock_guard<std::mutex> link_lock(link.mtx);
   link.broken = true;  // B4: what is queued fails with the writer's next wake
