@@ -22,7 +22,8 @@ ContextId current_context_of_thread() { return tl_context; }
 
 AutogradRuntime& autograd_runtime(WorkerServices& rt) { return static_cast<AutogradRuntime&>(*rt.autograd()); }
 
-AutogradRuntime::AutogradRuntime(WorkerServices& rt) : message_ids(rt.rank()), rt_(rt), context_ids_(rt.rank()) {}
+AutogradRuntime::AutogradRuntime(WorkerServices& rt)
+    : message_ids(rt.rank(), rt.options().incarnation), rt_(rt), context_ids_(rt.rank(), rt.options().incarnation) {}
 
 AutogradRuntime::~AutogradRuntime() { stop(); }
 
@@ -177,7 +178,10 @@ std::optional<std::chrono::steady_clock::time_point> AutogradRuntime::sweep(std:
 }
 
 uint64_t AutogradRuntime::next_pass_id() {
-  return (uint64_t(uint32_t(rt_.rank())) << 40) | (passes_.fetch_add(1) + 1);
+  // Note [Incarnation ids]: a rejoined worker's passes never reuse its
+  // previous life's numbers.
+  return (uint64_t(uint32_t(rt_.rank())) << 40) | (uint64_t(rt_.options().incarnation - 1) << 32) |
+         (passes_.fetch_add(1) + 1);
 }
 
 void AutogradRuntime::request_sweep() {

@@ -20,6 +20,7 @@ using deadline_atom = caf::atom_constant<caf::atom("c_deadline")>;
 using info_atom = caf::atom_constant<caf::atom("c_info")>;
 using released_atom = caf::atom_constant<caf::atom("r_released")>;
 using peer_down_atom = caf::atom_constant<caf::atom("r_peerdown")>;
+using rejoined_atom = caf::atom_constant<caf::atom("r_rejoined")>;
 using retry_atom = caf::atom_constant<caf::atom("r_retry")>;
 using owner_gone_atom = caf::atom_constant<caf::atom("r_gone")>;
 using create_by_atom = caf::atom_constant<caf::atom("r_createby")>;

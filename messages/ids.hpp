@@ -18,6 +18,12 @@ namespace detail {
 
 inline constexpr int kLocalIdBits = 48;
 inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << kLocalIdBits) - 1;
+// Note [Incarnation ids] (actors/cluster/rejoin.cpp): the top 8 bits of the
+// local part are the worker's incarnation less one, so that a worker that
+// rejoins never hands out an id its previous life did. Incarnation 1 keeps
+// the plain counter.
+inline constexpr int kIncarnationShift = 40;
+inline constexpr uint32_t kMaxIncarnation = 256;
 
 /// Packed (worker, counter) id. `Tag` keeps the kinds apart at compile time.
 template <class Tag>
@@ -54,14 +60,24 @@ struct GlobalId {
 template <class Id>
 class IdGenerator {
  public:
-  explicit IdGenerator(WorkerId self = 0) : self_(self) {}
-  void reset(WorkerId self) { self_ = self; }
+  explicit IdGenerator(WorkerId self = 0, uint32_t incarnation = 1) { reset(self, incarnation); }
+  /// `incarnation` in [1, kMaxIncarnation].
+  void reset(WorkerId self, uint32_t incarnation = 1) {
+    self_ = self;
+    counter_.store((uint64_t(incarnation - 1) << kIncarnationShift) + 1, std::memory_order_relaxed);
+  }
   Id next() { return Id(self_, counter_.fetch_add(1, std::memory_order_relaxed)); }
 
  private:
   WorkerId self_;
   std::atomic<uint64_t> counter_{1};
 };
+
+/// The incarnation of the worker that made `id` (Note [Incarnation ids]).
+template <class Tag>
+constexpr uint32_t incarnation_of(GlobalId<Tag> id) {
+  return uint32_t(id.local() >> kIncarnationShift) + 1;
+}
 
 struct CallIdTag { static constexpr const char* prefix = "call"; static constexpr const char* type_name = "castor::CallId"; };
 struct RRefIdTag { static constexpr const char* prefix = "rref"; static constexpr const char* type_name = "castor::RRefId"; };

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include <caf/actor_control_block.hpp>
 #include <caf/meta/type_name.hpp>
 
 #include "messages/ids.hpp"
@@ -13,7 +14,7 @@
 namespace castor {
 
 /// Bumped whenever a message's wire format changes; joiners must agree.
-inline constexpr uint32_t kWireProtocolVersion = 4;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid
+inline constexpr uint32_t kWireProtocolVersion = 5;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid; 5: incarnation, alive
 
 struct WorkerRecord {
   std::string name;
@@ -22,11 +23,13 @@ struct WorkerRecord {
   uint16_t port = 0;
   uint16_t bulk_port = 0;  // Note [Bulk path] in actors/transport/bulk/bulk_path.cpp; 0: none
   int32_t pid = 0;         // B7: the only process a same-host peer may copy from
+  uint32_t incarnation = 1;  // Note [Rejoin] in actors/cluster/rejoin.cpp
+  bool alive = true;         // in the world of the worker that sent the record
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, WorkerRecord& x) {
     return f(caf::meta::type_name("castor::WorkerRecord"), wire::checked(x.name), x.rank,
-             wire::checked(x.host), x.port, x.bulk_port, x.pid);
+             wire::checked(x.host), x.port, x.bulk_port, x.pid, x.incarnation, x.alive);
   }
 };
 
@@ -37,11 +40,14 @@ struct JoinRequest {
   std::string autograd_mode;            // must be the same on every worker
   std::vector<std::string> signatures;  // every registered function and class, sorted
   int64_t timeout_ms = 0;               // the joiner gives up after this long
+  // A rejoin (incarnation > 1) only: the joiner's worker actor, taken as
+  // its handle at once (RJ4 of Note [Rejoin] in actors/cluster/rejoin.cpp).
+  caf::strong_actor_ptr actor;
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, JoinRequest& x) {
     return f(caf::meta::type_name("castor::JoinRequest"), x.self, x.world_size, x.wire_version,
-             wire::checked(x.autograd_mode), wire::checked(x.signatures), x.timeout_ms);
+             wire::checked(x.autograd_mode), wire::checked(x.signatures), x.timeout_ms, x.actor);
   }
 };
 

@@ -53,6 +53,14 @@ void check_usable(const RRefStatePtr& s) {
     if (world.has(s->owner) && !world.alive(s->owner))
       throw_rpc_error(owner_failure(*s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
                                                   "worker " + s->owner_name + " is unreachable"}));
+    // RJ5 of Note [Rejoin]: the owner came back, but its value died with
+    // the life that held it.
+    if (world.has(s->owner) && world.member(s->owner).incarnation != s->owner_incarnation)
+      throw_rpc_error(owner_failure(
+          *s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
+                        "worker " + s->owner_name + " is unreachable: incarnation " +
+                            std::to_string(s->owner_incarnation) + " died, incarnation " +
+                            std::to_string(world.member(s->owner).incarnation) + " rejoined without its values"}));
   }
 }
 

@@ -58,6 +58,26 @@ void send_control(context_pointer self, const ControlToSend& c) {
   schedule_retry(self);
 }
 
+// -- lives of peers (Note [Rejoin]) ------------------------------------------------------
+
+namespace {
+
+// RJ5: `owner` rejoined since the life `life` that held a value died: the
+// new life never had that value, nor a fork of it to delete.
+bool owner_life_gone(context_pointer self, WorkerId owner, uint32_t life) {
+  const auto& world = self->state.rt->world();
+  return world.has(owner) && world.member(owner).incarnation != life;
+}
+
+// RJ5: `id` was made by an earlier life of its worker (Note [Incarnation
+// ids]): no create of it will ever come.
+bool made_by_earlier_life(context_pointer self, RRefId id) {
+  const auto& world = self->state.rt->world();
+  return world.has(id.worker()) && incarnation_of(id) < world.member(id.worker()).incarnation;
+}
+
+}  // namespace
+
 // -- owners ---------------------------------------------------------------------------
 
 OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder) {
@@ -70,7 +90,8 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_pt
     auto actor = spawn_owner_rref(*st.rt, id, holder, stats, [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
     self->link_to(actor);  // owners end with the context (teardown)
     st.rr->owner_index().added(id, holder, std::move(stats));
-    if (st.forks->is_dead(id.worker())) self->send(actor, OwnerEvent::peer_down(id, id.worker()));
+    if (st.forks->is_dead(id.worker()) || made_by_earlier_life(self, id))
+      self->send(actor, OwnerEvent::peer_down(id, id.worker()));
     return OwnerSlot{actor, holder};
   });
 }
@@ -126,6 +147,7 @@ void release(context_pointer self, const Released& r) {
 }
 
 void on_dropped(context_pointer self, const StateDropped& d) {
+  if (!d.owner_side && owner_life_gone(self, d.owner, d.owner_incarnation)) return;  // RJ5: nobody to tell
   release(self, self->state.forks->released(d.rref, d.fork, d.owner, d.owner_side));
 }
 
@@ -134,6 +156,7 @@ void release_all(context_pointer self) {
   auto& st = self->state;
   for (auto& s : st.rr->live_states().take_all()) {
     if (s->released.exchange(true)) continue;
+    if (!s->is_owner() && owner_life_gone(self, s->owner, s->owner_incarnation)) continue;  // RJ5
     release(self, st.forks->released(s->id, s->fork, s->owner, s->is_owner()));
   }
 }
@@ -185,6 +208,7 @@ context_behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
       },
       [self](ArgumentReady& r) { on_argument_ready(self, std::move(r)); },
       [self](peer_down_atom, WorkerId rank) { on_peer_down(self, rank); },
+      [self](rejoined_atom, WorkerId rank, uint32_t) { self->state.forks->peer_rejoined(rank); },
       [self](shutdown_atom) { release_all(self); },
       [self](retry_atom) { retry_due(self); },
       [self](owner_gone_atom, RRefId id) { on_owner_gone(self, id); },

@@ -99,6 +99,7 @@ struct StateDropped {
   ForkId fork;
   WorkerId owner = -1;
   bool owner_side = false;
+  uint32_t owner_incarnation = 1;  // RJ5 of Note [Rejoin]
 };
 
 /// make_rref, or remote() to ourselves: a new owned value and one local handle.
@@ -141,6 +142,7 @@ using rref_context_actor = caf::typed_actor<
     caf::reacts_to<AdoptReply>,         // a reply with RRefs in it
     caf::reacts_to<ArgumentReady>,      // a prepared call's argument arrived
     caf::reacts_to<peer_down_atom, WorkerId>,
+    caf::reacts_to<rejoined_atom, WorkerId, uint32_t>,  // Note [Rejoin]
     caf::reacts_to<shutdown_atom>,      // graceful shutdown began: release every local handle
     caf::reacts_to<retry_atom>,         // resend unacknowledged control messages
     caf::reacts_to<owner_gone_atom, RRefId>,

@@ -10,7 +10,7 @@
 namespace castor::detail {
 
 RRefRuntime::RRefRuntime(WorkerServices& rt)
-    : rref_ids(rt.rank()), fork_ids(rt.rank()), rt_(rt), counters_(std::make_shared<RRefCounters>()),
+    : rref_ids(rt.rank(), rt.options().incarnation), fork_ids(rt.rank(), rt.options().incarnation), rt_(rt), counters_(std::make_shared<RRefCounters>()),
       faults_(rt.options().faults) {
   context_ = spawn_rref_context(this);
 }
@@ -76,6 +76,9 @@ void RRefRuntime::handle_request(CallRequest&& req, caf::strong_actor_ptr reply_
 void RRefRuntime::handle_control(RRefControl&& msg) { caf::anon_send(context_, std::move(msg)); }
 void RRefRuntime::handle_ack(RRefControlAck&& ack) { caf::anon_send(context_, std::move(ack)); }
 void RRefRuntime::on_peer_down(WorkerId rank) { caf::anon_send(context_, peer_down_atom::value, rank); }
+void RRefRuntime::on_peer_rejoined(WorkerId rank, uint32_t incarnation) {
+  caf::anon_send(context_, rejoined_atom::value, rank, incarnation);
+}
 void RRefRuntime::on_shutdown_begin() { caf::anon_send(context_, shutdown_atom::value); }
 
 bool RRefRuntime::idle() const {
@@ -102,6 +105,7 @@ RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork,
   s->id = id;
   s->owner = owner;
   s->owner_name = rt_.name_of(owner);
+  if (rt_.world().has(owner)) s->owner_incarnation = rt_.world().member(owner).incarnation;
   s->type_name = std::move(type_name);
   s->fork = fork;
   s->rt = rt_.lifetime();
@@ -137,7 +141,7 @@ RRefInspection RRefRuntime::inspect() const {
 void RRefRuntime::state_dropped(RRefState& s) {
   if (!s.is_owner()) counters_->user_rrefs.fetch_sub(1);
   if (s.released.load() || !context_) return;
-  caf::anon_send(context_, StateDropped{s.id, s.fork, s.owner, s.is_owner()});
+  caf::anon_send(context_, StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
 }
 
 RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }

@@ -36,6 +36,7 @@ class RRefRuntime : public RRefHooks {
   void handle_control(RRefControl&& msg) override;
   void handle_ack(RRefControlAck&& ack) override;
   void on_peer_down(WorkerId rank) override;
+  void on_peer_rejoined(WorkerId rank, uint32_t incarnation) override;
   void on_shutdown_begin() override;
   bool idle() const override;
   std::map<std::string, int64_t> debug_info() const override;

@@ -20,6 +20,7 @@ struct RRefState {
   RRefId id;
   WorkerId owner = -1;
   std::string owner_name;
+  uint32_t owner_incarnation = 1;  // RJ5 of Note [Rejoin]: the owner's life that holds the value
   std::string type_name;
   ForkId fork;                     // users: this worker's fork of the value
   std::shared_ptr<Holder> holder;  // owners: the value itself

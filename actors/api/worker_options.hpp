@@ -62,6 +62,13 @@ struct WorkerOptions {
   };
   std::vector<Member> cluster;
 
+  /// Which life of this rank this process is (README, "When workers fail"):
+  /// 1 for a worker of a new job; k > 1 for a worker started again after
+  /// its k-1-th life died, which rejoins the survivors instead of joining
+  /// (Note [Rejoin] in actors/cluster/rejoin.cpp). 0: from
+  /// CASTOR_INCARNATION (the launcher sets it), else 1.
+  uint32_t incarnation = 0;
+
   std::chrono::milliseconds rpc_timeout{60000};   // default for every call
   std::chrono::milliseconds init_timeout{60000};  // until every rank has joined
   /// Bound of a graceful shutdown, counted once every worker has entered it

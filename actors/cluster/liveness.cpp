@@ -1,6 +1,9 @@
 // Peers: who is connected, who is alive. Every peer is monitored; a peer whose
-// connection is lost is dead for the rest of the job, and every call waiting
-// on it fails at once with "worker <name> is unreachable".
+// connection is lost is dead (that incarnation of it, for the rest of the
+// job: Note [Rejoin] in rejoin.cpp), and every call waiting on it fails at
+// once with "worker <name> is unreachable".
+#include <cstdio>
+
 #include <caf/typed_event_based_actor.hpp>
 
 #include "actors/runtime/runtime.hpp"
@@ -14,6 +17,7 @@ bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle) {
   if (rank < 0 || size_t(rank) >= st.peers.size() || rank == st.rt->rank() || !handle) return false;
   auto& slot = st.peers[size_t(rank)];
   if (!slot) {
+    st.dead_nodes.erase(handle.node());  // a new life that got its old life's node id (Note [Rejoin])
     slot = PeerSlot{handle};
     st.rank_by_addr[handle.address()] = rank;
     self->monitor(handle);
@@ -43,13 +47,32 @@ bool peer_usable(worker_pointer self, WorkerId rank) {
   return self->state.peers[size_t(rank)].has_value() && self->state.rt->world().alive(rank);
 }
 
+bool drop_stale(worker_pointer self) {
+  auto& st = self->state;
+  if (st.dead_nodes.empty()) return false;
+  const auto& sender = self->current_sender();
+  if (!sender || !st.dead_nodes.count(sender->node())) return false;
+  if (st.rt->stats.stale_refused.fetch_add(1) == 0)
+    std::fprintf(stderr, "castor[%s]: refused a message from a dead life of a peer (node %s); such messages are counted "
+                 "in castor inspect's messages.stale_refused\n",
+                 st.rt->name().c_str(), caf::to_string(sender->node()).c_str());
+  return true;
+}
+
 void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
   auto& st = self->state;
   auto it = st.rank_by_addr.find(dm.source);
+  // RJ3 of Note [Rejoin]: a dead life's handle was forgotten when its rank
+  // rejoined, so its late down message finds no rank.
   if (it == st.rank_by_addr.end()) return;
-  auto rank = it->second;
+  declare_dead_impl(self, it->second, "connection lost");
+}
+
+void declare_dead_impl(worker_pointer self, WorkerId rank, const std::string& cause) {
+  auto& st = self->state;
   auto* rt = st.rt;
   if (!st.peers[size_t(rank)] || !rt->world().alive(rank)) return;
+  st.dead_nodes.insert(st.peers[size_t(rank)]->handle.node());  // RJ6 of Note [Rejoin]
   // M2 of Note [World]: dead in the published world before its calls fail
   // (Note [Direct sends]); a dead worker stays dead.
   rt->membership.update([&](const World& w) { return w.with_death(rank, std::chrono::system_clock::now()); });
@@ -76,7 +99,7 @@ void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm) {
                  (st.shutdown.requested && rt->rank() != 0);
   if (!leaving) {
     const auto& dead = rt->world().member(rank);
-    rt->failures.on_death(WorkerFailure{WorkerInfo{who, int64_t(rank)}, dead.died_at, "connection lost"},
+    rt->failures.on_death(WorkerFailure{WorkerInfo{who, int64_t(rank)}, dead.died_at, cause},
                           rt->callback_runner());
   }
   on_peer_lost_during_shutdown_impl(self, rank);

@@ -15,18 +15,25 @@
 #include <caf/send.hpp>
 
 #include "actors/api/errors.hpp"
+#include "actors/cluster/join_steps.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/caf_links.hpp"
 #include "actors/transport/transport.hpp"
 
 namespace castor::detail {
-namespace {
 
 using std::chrono::milliseconds;
 
-[[noreturn]] void fail(const std::string& who, ErrorKind kind, const std::string& msg) {
+void fail_init(const std::string& who, ErrorKind kind, const std::string& msg) {
   throw_rpc_error(ErrorInfo{kind, who, "init_rpc(" + who + "): " + msg});
 }
+
+milliseconds left_until(std::chrono::steady_clock::time_point deadline) {
+  auto d = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
+  return d.count() > 0 ? d : milliseconds(1);
+}
+
+namespace {
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -54,10 +61,7 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
   return out;
 }
 
-milliseconds left_until(std::chrono::steady_clock::time_point deadline) {
-  auto d = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
-  return d.count() > 0 ? d : milliseconds(1);
-}
+}  // namespace
 
 // Connects to a worker through its door (Note [The door]), retrying until
 // `deadline` while nobody listens there yet (every rank may start at once).
@@ -73,21 +77,23 @@ worker_peer connect_with_retry(Runtime& rt, const std::string& host, uint16_t po
     // A door that refuses our greeting, or something else listening there,
     // will not change its mind before the init timeout.
     if (link.failure == DialFailure::refused || link.failure == DialFailure::not_castor)
-      fail(rt.name(), ErrorKind::Unreachable, "cannot reach " + where + ": " + link.error);
+      fail_init(rt.name(), ErrorKind::Unreachable, "cannot reach " + where + ": " + link.error);
     // A TLS peer that drops the handshake again and again does not accept
     // our certificate (or we not its): waiting would not change that.
     refused_handshakes = link.failure == DialFailure::tls ? refused_handshakes + 1 : 0;
     if (refused_handshakes >= 3)
-      fail(rt.name(), ErrorKind::Unreachable,
+      fail_init(rt.name(), ErrorKind::Unreachable,
            "cannot reach " + where + ": " + link.error + " (" + std::to_string(refused_handshakes) +
                " times in a row); are both certificates signed by the cluster CA?");
     if (std::chrono::steady_clock::now() + pause >= deadline)
-      fail(rt.name(), ErrorKind::Unreachable,
+      fail_init(rt.name(), ErrorKind::Unreachable,
            "cannot reach " + where + " within " + std::to_string(rt.opts.init_timeout.count()) + " ms: " + link.error);
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, milliseconds(250));
   }
 }
+
+namespace {
 
 std::string missing_ranks(const std::vector<WorkerRecord>& joined, int world_size) {
   std::vector<bool> seen(size_t(world_size), false);
@@ -109,30 +115,42 @@ WorkerOptions resolve_options(WorkerOptions o) {
   if (o.secret.empty()) o.secret = env_or("CASTOR_SECRET", "");  // Note [The door]
   if (o.name.empty() && o.rank >= 0) o.name = "worker" + std::to_string(o.rank);
   std::string who = o.name.empty() ? "?" : o.name;
-  if (o.world_size <= 0) fail(who, ErrorKind::Lookup, "world_size is not set (WorkerOptions::world_size or WORLD_SIZE)");
-  if (o.world_size > 32767) fail(who, ErrorKind::Lookup, "world_size above 32767 is not supported");
+  if (o.world_size <= 0) fail_init(who, ErrorKind::Lookup, "world_size is not set (WorkerOptions::world_size or WORLD_SIZE)");
+  if (o.world_size > 32767) fail_init(who, ErrorKind::Lookup, "world_size above 32767 is not supported");
   if (o.rank < 0 || o.rank >= o.world_size)
-    fail(who, ErrorKind::Lookup,
+    fail_init(who, ErrorKind::Lookup,
          "rank " + std::to_string(o.rank) + " is not in [0, " + std::to_string(o.world_size) +
              ") (WorkerOptions::rank or RANK)");
-  if (o.master.host.empty()) fail(who, ErrorKind::Lookup, "master address is not set (WorkerOptions::master or MASTER_ADDR)");
-  if (o.master.port == 0) fail(who, ErrorKind::Lookup, "master port is not set (WorkerOptions::master or MASTER_PORT)");
+  if (o.master.host.empty()) fail_init(who, ErrorKind::Lookup, "master address is not set (WorkerOptions::master or MASTER_ADDR)");
+  if (o.master.port == 0) fail_init(who, ErrorKind::Lookup, "master port is not set (WorkerOptions::master or MASTER_PORT)");
   if (o.num_worker_threads == 0) o.num_worker_threads = 1;
+  if (o.incarnation == 0) {
+    auto text = env_or("CASTOR_INCARNATION", "1");
+    char* end = nullptr;
+    auto n = std::strtoul(text.c_str(), &end, 10);
+    if (end == text.c_str() || *end || n < 1 || n > kMaxIncarnation)
+      fail_init(who, ErrorKind::Lookup,
+           "CASTOR_INCARNATION must be a number from 1 to " + std::to_string(kMaxIncarnation) + ", not '" + text + "'");
+    o.incarnation = uint32_t(n);
+  }
+  if (o.incarnation > kMaxIncarnation)
+    fail_init(who, ErrorKind::Lookup,
+         "incarnation " + std::to_string(o.incarnation) + " is above " + std::to_string(kMaxIncarnation));
   if (o.host.empty()) o.host = o.rank == 0 ? o.master.host : local_address_towards(o.master.host, o.master.port);
   if (o.rank == 0) o.port = o.master.port;  // rank 0's worker actor is the rendezvous point
   return o;
 }
 
-namespace {
-
-// Hands a connected lower rank to the worker actor (which says hello to it).
+// Hands a connected peer to the worker actor (which says hello to it).
 void register_peer(Runtime& rt, caf::scoped_actor& self, WorkerId r, const worker_peer& h, const std::string& name,
                    std::chrono::steady_clock::time_point deadline) {
   bool ok = false;
   self->request(rt.actor, left_until(deadline), peer_atom::value, r, h)
       .receive([&](bool b) { ok = b; }, [](caf::error&) {});
-  if (!ok) fail(rt.name(), ErrorKind::Internal, "could not register peer " + name);
+  if (!ok) fail_init(rt.name(), ErrorKind::Internal, "could not register peer " + name);
 }
+
+namespace {
 
 // Waits until every higher rank has connected to us; every peer's handle, by rank.
 std::vector<worker_peer> await_higher_ranks(Runtime& rt, caf::scoped_actor& self,
@@ -147,10 +165,12 @@ std::vector<worker_peer> await_higher_ranks(Runtime& rt, caf::scoped_actor& self
           },
           [](caf::error&) {});
   if (!ready)
-    fail(rt.name(), ErrorKind::Timeout,
+    fail_init(rt.name(), ErrorKind::Timeout,
          "timed out after " + std::to_string(rt.opts.init_timeout.count()) + " ms waiting for higher ranks to connect");
   return handles;
 }
+
+}  // namespace
 
 // Note [World] M1: the join publishes the world in steps, each a new epoch.
 void publish_members(Runtime& rt, std::vector<Member> members) {
@@ -169,6 +189,8 @@ void declare_running(Runtime& rt) {
   rt.state.store(RunState::running);
   caf::anon_send(rt.actor, running_atom::value);
 }
+
+namespace {
 
 // Note [Masterless join]
 // ~~~~~~~~~~~~~~~~~~~~~~
@@ -208,11 +230,11 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
         .receive([&](JoinReply& x) { reply = std::move(x), answered = true; },
                  [&](caf::error& e) { failure = std::move(e); });
     if (!answered)
-      fail(rt.name(), failure == caf::sec::request_timeout ? ErrorKind::Timeout : ErrorKind::Unreachable,
+      fail_init(rt.name(), failure == caf::sec::request_timeout ? ErrorKind::Timeout : ErrorKind::Unreachable,
            "worker " + m.name + " at " + where + " did not answer: " + rt.system->render(failure));
-    if (!reply.ok) fail(rt.name(), ErrorKind::Lookup, reply.error);
+    if (!reply.ok) fail_init(rt.name(), ErrorKind::Lookup, reply.error);
     if (reply.workers.size() != 1 || reply.workers[0].rank != WorkerId(r) || reply.workers[0].name != m.name)
-      fail(rt.name(), ErrorKind::Lookup,
+      fail_init(rt.name(), ErrorKind::Lookup,
            "the worker at " + where + " is '" + (reply.workers.empty() ? "?" : reply.workers[0].name) + "' (rank " +
                std::to_string(reply.workers.empty() ? -1 : reply.workers[0].rank) + "), the cluster says '" + m.name +
                "' (rank " + std::to_string(r) + ")");
@@ -241,7 +263,7 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
 void join_world(Runtime& rt) {
   auto deadline = std::chrono::steady_clock::now() + rt.opts.init_timeout;
   if (!rt.opts.cluster.empty() && rt.opts.cluster.size() != size_t(rt.opts.world_size))
-    fail(rt.name(), ErrorKind::Lookup,
+    fail_init(rt.name(), ErrorKind::Lookup,
          "the cluster lists " + std::to_string(rt.opts.cluster.size()) + " workers, world_size is " +
              std::to_string(rt.opts.world_size));
   // Note [The door]: peers reach the worker actor only through the door
@@ -254,7 +276,7 @@ void join_world(Runtime& rt) {
     port = serve_actor(*rt.system, rt.transport->door(), rt.opts.host, rt.opts.port, rt.transport->tls(),
                        caf::actor_cast<caf::strong_actor_ptr>(rt.actor), rt.system->message_types<worker_peer>());
   } catch (const std::exception& e) {
-    fail(rt.name(), ErrorKind::Unreachable,
+    fail_init(rt.name(), ErrorKind::Unreachable,
          "cannot listen on " + rt.opts.host + ":" + std::to_string(rt.opts.port) + ": " + e.what());
   }
   // The first world: ourselves as we listen, and (J2 of Note [Masterless
@@ -270,7 +292,9 @@ void join_world(Runtime& rt) {
   auto& me = members[size_t(rt.rank())];
   me.name = rt.name(), me.host = rt.opts.host, me.port = port;
   me.bulk_port = uint16_t(rt.bulk ? rt.bulk->port() : 0), me.pid = int32_t(::getpid());
+  me.incarnation = rt.opts.incarnation;
   publish_members(rt, std::move(members));
+  if (rt.opts.incarnation > 1) return rejoin_world(rt, deadline);  // Note [Rejoin]
   if (!rt.opts.cluster.empty()) return join_masterless(rt, deadline);  // Note [Masterless join]
 
   worker_peer master = rt.rank() == 0 ? caf::actor_cast<worker_peer>(rt.actor)
@@ -289,19 +313,19 @@ void join_world(Runtime& rt) {
       self->request(master, milliseconds(2000), info_atom::value)
           .receive([&](std::vector<WorkerRecord>& xs) { joined = std::move(xs); }, [](caf::error&) {});
       if (failure == caf::sec::request_timeout)
-        fail(rt.name(), ErrorKind::Timeout,
+        fail_init(rt.name(), ErrorKind::Timeout,
              "timed out waiting for ranks " + missing_ranks(joined, rt.opts.world_size) + " to join (world_size " +
                  std::to_string(rt.opts.world_size) + ")");
-      fail(rt.name(), ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
+      fail_init(rt.name(), ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
     }
   }
-  if (!reply.ok) fail(rt.name(), reply.timed_out ? ErrorKind::Timeout : ErrorKind::Lookup, reply.error);
+  if (!reply.ok) fail_init(rt.name(), reply.timed_out ? ErrorKind::Timeout : ErrorKind::Lookup, reply.error);
   std::vector<Member> joined(size_t(rt.opts.world_size));
   for (const auto& w : reply.workers)
     if (w.rank >= 0 && w.rank < rt.opts.world_size) joined[size_t(w.rank)] = Member::from(w);
   for (size_t r = 0; r < joined.size(); ++r)
     if (joined[r].rank != WorkerId(r))
-      fail(rt.name(), ErrorKind::Internal, "the master's list of workers has no rank " + std::to_string(r));
+      fail_init(rt.name(), ErrorKind::Internal, "the master's list of workers has no rank " + std::to_string(r));
   publish_members(rt, std::move(joined));
 
   // Connect to every lower rank; higher ranks connect to us (hello).
@@ -319,7 +343,7 @@ void join_world(Runtime& rt) {
   self->request(master, left_until(deadline), joined_atom::value, rt.rank())
       .receive([&](bool b) { all_connected = b; }, [](caf::error&) {});
   if (!all_connected)
-    fail(rt.name(), ErrorKind::Timeout, "timed out waiting for every worker to connect to every other one");
+    fail_init(rt.name(), ErrorKind::Timeout, "timed out waiting for every worker to connect to every other one");
 }
 
 }  // namespace castor::detail

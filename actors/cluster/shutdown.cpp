@@ -89,6 +89,10 @@ namespace castor::detail {
 //  V3. A worker excused during a wave ends that wave, whose report from it
 //      would never come; the next wave starts at once, and the stale
 //      reports of the old round are ignored.
+//  V4. A worker that died and rejoined (Note [Rejoin]) must enter again in
+//      its new life (its old life's entry is forgotten: RJ3), and the sums
+//      are dropped as in V2, for the same reason: its first life's counts
+//      died with it.
 
 namespace {
 
@@ -171,7 +175,8 @@ void evaluate_wave(worker_pointer self) {
     for (const auto& r : sd.reports)
       std::fprintf(stderr, "wave %lld rank %d sent %llu received %llu idle %d\n", (long long)r.round, int(r.rank),
                    (unsigned long long)r.sent, (unsigned long long)r.received, int(r.idle));
-  bool balanced = idle && (sent == received || any_excused(self));  // V2
+  // V2, and V4: a rejoined worker's earlier life took its counts with it.
+  bool balanced = idle && (sent == received || any_excused(self) || self->state.rt->world().any_rejoined());
   if (balanced && sd.have_previous && sent == sd.previous_sent && received == sd.previous_received) {
     broadcast_done(self);
     return;

@@ -38,10 +38,12 @@ Member Member::from(const WorkerRecord& r) {
   m.port = r.port;
   m.bulk_port = r.bulk_port;
   m.pid = r.pid;
+  m.incarnation = r.incarnation;
+  m.alive = r.alive;
   return m;
 }
 
-WorkerRecord Member::record() const { return WorkerRecord{name, rank, host, port, bulk_port, pid}; }
+WorkerRecord Member::record() const { return WorkerRecord{name, rank, host, port, bulk_port, pid, incarnation, alive}; }
 
 World::World(WorkerId self, uint64_t epoch, std::vector<Member> members)
     : self_(self), epoch_(epoch), members_(std::move(members)) {
@@ -79,14 +81,14 @@ std::optional<worker_peer> World::peer(WorkerId r) const {
 }
 
 World World::with_members(std::vector<Member> members) const {
-  // Keep what the new records do not carry: handles, liveness.
+  // Keep what the new records do not carry: handles, liveness as this
+  // worker found it.
   for (auto& m : members)
     if (has(m.rank) && members_[size_t(m.rank)].name == m.name) {
       const auto& old = members_[size_t(m.rank)];
       m.handle = old.handle;
       m.alive = old.alive;
       m.died_at = old.died_at;
-      m.incarnation = old.incarnation;
     }
   return World(self_, epoch_ + 1, std::move(members));
 }
@@ -105,6 +107,22 @@ World World::with_death(WorkerId r, std::chrono::system_clock::time_point when) 
     members[size_t(r)].died_at = when;
   }
   return World(self_, epoch_ + 1, std::move(members));
+}
+
+World World::with_rejoin(Member m) const {
+  auto members = members_;
+  if (has(m.rank)) {
+    m.alive = true;
+    m.died_at = {};
+    members[size_t(m.rank)] = std::move(m);
+  }
+  return World(self_, epoch_ + 1, std::move(members));
+}
+
+bool World::any_rejoined() const {
+  for (const auto& m : members_)
+    if (m.incarnation > 1) return true;
+  return false;
 }
 
 Membership::Membership() {

@@ -65,6 +65,11 @@ class World {
   World with_members(std::vector<Member> members) const;
   World with_handles(const std::vector<worker_peer>& by_rank) const;
   World with_death(WorkerId r, std::chrono::system_clock::time_point when) const;
+  /// Note [Rejoin]: `m` (a higher incarnation of its rank, with its
+  /// handle) is alive again.
+  World with_rejoin(Member m) const;
+  /// Whether any member is past its first life (a rejoin happened).
+  bool any_rejoined() const;
 
  private:
   WorkerId self_ = -1;

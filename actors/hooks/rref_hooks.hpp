@@ -49,6 +49,9 @@ class RRefHooks {
   virtual void handle_control(RRefControl&& msg) = 0;
   virtual void handle_ack(RRefControlAck&& ack) = 0;
   virtual void on_peer_down(WorkerId rank) = 0;
+  /// Note [Rejoin]: `rank` is alive again, in its life `incarnation`
+  /// (after its on_peer_down).
+  virtual void on_peer_rejoined(WorkerId rank, uint32_t incarnation) = 0;
 
   /// Graceful shutdown: every RRef alive here now is released (called when
   /// shutdown begins, and again whenever nothing else runs, for RRefs made

@@ -49,7 +49,8 @@ json snapshot(Runtime& rt) {
   auto& workers = out["workers"] = json::array();
   auto released = rt.released.snapshot();
   for (auto& w : world.members()) {
-    json member = {{"name", w.name}, {"rank", w.rank}, {"address", address_of(w)}, {"alive", alive(rt, world, w.rank)}};
+    json member = {{"name", w.name}, {"rank", w.rank}, {"address", address_of(w)}, {"alive", alive(rt, world, w.rank)},
+                   {"incarnation", w.incarnation}};
     if (!w.alive)  // since when, as castor inspect shows it
       member["dead_for_ms"] = std::chrono::duration_cast<std::chrono::milliseconds>(
                                   std::chrono::system_clock::now() - w.died_at).count();
@@ -114,6 +115,7 @@ json snapshot(Runtime& rt) {
                  {"lane_messages_received", rt.stats.lane_received.load()}};
 
   auto& messages = out["messages"] = json::object();
+  messages["stale_refused"] = rt.stats.stale_refused.load();  // RJ6 of Note [Rejoin]
   for (size_t i = 0; i < kNumMessageTypes; ++i)
     messages[to_string(MessageType(i))] = rt.stats.received[i].load(std::memory_order_relaxed);
 

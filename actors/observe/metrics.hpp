@@ -46,6 +46,8 @@ struct MessageStats {
   // bulk links (B1), and the other calls and replies on them (B8).
   std::atomic<uint64_t> bulk_sent{0}, bulk_bytes_sent{0}, bulk_received{0}, bulk_bytes_received{0};
   std::atomic<uint64_t> lane_sent{0}, lane_received{0};
+  // RJ6 of Note [Rejoin]: messages from a dead life of a peer, refused.
+  std::atomic<uint64_t> stale_refused{0};
 
   void count(MessageType t) { received[size_t(t)].fetch_add(1, std::memory_order_relaxed); }
 };

@@ -16,8 +16,9 @@
 namespace castor::detail {
 
 Runtime::Runtime(WorkerOptions o) : opts(std::move(o)) {
-  call_ids.reset(rank());
-  transfer_ids.reset(rank());
+  // Note [Incarnation ids]: resolve_options made the incarnation at least 1.
+  call_ids.reset(rank(), opts.incarnation);
+  transfer_ids.reset(rank(), opts.incarnation);
 }
 
 Runtime::~Runtime() { teardown(); }
@@ -79,7 +80,8 @@ JoinRequest make_join_request(const Runtime& rt) {
   const auto& world = rt.world();
   req.self = world.has(rt.rank()) ? world.member(rt.rank()).record()
                                   : WorkerRecord{rt.name(), rt.rank(), rt.opts.host, rt.opts.port,
-                                                 uint16_t(rt.bulk ? rt.bulk->port() : 0), int32_t(::getpid())};
+                                                 uint16_t(rt.bulk ? rt.bulk->port() : 0), int32_t(::getpid()),
+                                                 rt.opts.incarnation, true};
   req.world_size = rt.opts.world_size;
   req.autograd_mode = to_string(rt.opts.autograd_mode);
   req.signatures = all_signatures();

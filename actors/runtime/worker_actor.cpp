@@ -26,6 +26,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
   return {
       // -- peers ------------------------------------------------------------
       [self](hello_atom, WorkerId from) {
+        if (drop_stale(self)) return;
         add_peer_impl(self, from, caf::actor_cast<worker_peer>(self->current_sender()));
       },
       [self](peer_atom, WorkerId rank, worker_peer handle) {
@@ -41,7 +42,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       },
       // -- calls ------------------------------------------------------------
       [self](CallRequest& req) {
-        if (drop_malformed(self, req)) return;
+        if (drop_stale(self) || drop_malformed(self, req)) return;
         self->state.rt->stats.count(MessageType::call_request);
         if (self->state.rt->state.load() == RunState::starting) {  // J3 of Note [Masterless join]
           self->state.held_calls.emplace_back(std::move(req), self->current_sender());
@@ -55,27 +56,28 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         for (auto& [req, sender] : held) handle_request_impl(self, std::move(req), sender);
       },
       [self](CallReply& reply) {
-        if (drop_malformed(self, reply)) return;
+        if (drop_stale(self) || drop_malformed(self, reply)) return;
         self->state.rt->stats.count(MessageType::call_reply);
         handle_reply_impl(self, std::move(reply));
       },
       [self](TensorChunk& chunk) {
-        if (drop_malformed(self, chunk)) return;
+        if (drop_stale(self) || drop_malformed(self, chunk)) return;
         self->state.rt->stats.count(MessageType::tensor_chunk);
         handle_chunk_impl(self, std::move(chunk));
       },
       [self](RRefControl& msg) {
-        if (drop_malformed(self, msg)) return;
+        if (drop_stale(self) || drop_malformed(self, msg)) return;
         self->state.rt->stats.count(MessageType::rref_control);
         self->state.rt->rrefs->handle_control(std::move(msg));
       },
       [self](RRefControlAck& ack) {
+        if (drop_stale(self)) return;
         self->state.rt->stats.count(MessageType::rref_ack);
         self->state.rt->rrefs->handle_ack(std::move(ack));
       },
       // -- distributed autograd (counted messages, see Note [Graceful shutdown])
       [self](BackwardGrad& g) {
-        if (drop_malformed(self, g)) return;
+        if (drop_stale(self) || drop_malformed(self, g)) return;
         auto* rt = self->state.rt;
         rt->counters.received.fetch_add(1);
         rt->stats.count(MessageType::backward_grad);
@@ -83,13 +85,13 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
         rt->autograd->handle_grad(std::move(g), from);
       },
       [self](BackwardDone& d) {
-        if (drop_malformed(self, d)) return;
+        if (drop_stale(self) || drop_malformed(self, d)) return;
         self->state.rt->counters.received.fetch_add(1);
         self->state.rt->stats.count(MessageType::backward_done);
         self->state.rt->autograd->handle_done(std::move(d));
       },
       [self](ContextControl& c) {
-        if (drop_malformed(self, c)) return;
+        if (drop_stale(self) || drop_malformed(self, c)) return;
         self->state.rt->counters.received.fetch_add(1);
         self->state.rt->stats.count(MessageType::context_control);
         self->state.rt->autograd->handle_control(std::move(c));
@@ -98,6 +100,7 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       // -- rendezvous (rank 0 serves it through its name store) ---------------
       [self](join_atom atm, JoinRequest& req) -> caf::result<JoinReply> {
         auto* rt = self->state.rt;
+        if (req.self.incarnation > 1) return accept_rejoin_impl(self, req);  // Note [Rejoin]
         if (!rt->opts.cluster.empty()) {  // masterless: a peer checks in with us directly
           auto& mine = self->state.own_join_request;
           if (!mine) mine = make_join_request(*rt);
@@ -118,7 +121,9 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       },
       // -- shutdown -----------------------------------------------------------
       [self](ShutdownCommand& cmd) { begin_shutdown_impl(self, std::move(cmd)); },
-      [self](shutdown_atom, WorkerId rank) { on_shutdown_entered_impl(self, rank); },
+      [self](shutdown_atom, WorkerId rank) {
+        if (!drop_stale(self)) on_shutdown_entered_impl(self, rank);
+      },
       [self](probe_atom) { start_wave_impl(self); },
       [self](deadline_atom) { on_shutdown_deadline_impl(self); },
       [self](deadline_atom, std::string& summary) {

@@ -53,6 +53,9 @@ struct worker_state {
   // Peers by rank, filled during init (peer/hello messages); self's slot unused.
   std::vector<std::optional<PeerSlot>> peers;
   std::unordered_map<caf::actor_addr, WorkerId> rank_by_addr;
+  // RJ6 of Note [Rejoin]: the nodes of peers' dead lives (only those still
+  // connected can speak: a frozen host that wakes up).
+  std::set<caf::node_id> dead_nodes;
   std::vector<caf::typed_response_promise<std::vector<worker_peer>>> ready_waiters;  // init threads
   // Calls that arrived while our init was still joining (a peer may finish
   // first and call us); run once init says running_atom. See J3 in
@@ -101,7 +104,17 @@ bool add_peer_impl(worker_pointer self, WorkerId rank, worker_peer handle);
 bool all_peers_known(worker_pointer self);
 std::vector<worker_peer> peer_handles(worker_pointer self);
 void on_peer_down_impl(worker_pointer self, const caf::down_msg& dm);
+/// The peer at `rank` (its current life) is dead: published, its calls
+/// failed, every layer cleaned up, the app told with `cause`. Idempotent.
+void declare_dead_impl(worker_pointer self, WorkerId rank, const std::string& cause);
+
+// rejoin.cpp
+/// RJ2-RJ3 of Note [Rejoin]: a restarted rank asks to come back.
+JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req);
 bool peer_usable(worker_pointer self, WorkerId rank);
+/// RJ6 of Note [Rejoin]: the current message comes from a dead life of a
+/// peer; refused and counted (true), never applied.
+bool drop_stale(worker_pointer self);
 
 // shutdown.cpp
 void begin_shutdown_impl(worker_pointer self, ShutdownCommand&& cmd);

@@ -114,6 +114,10 @@ class ForkTable {
   /// creator's death (by a late delete or fork_request) must hear of that
   /// death at once: no create will come, and no second peer_down.
   bool is_dead(WorkerId rank) const { return dead_.count(rank) > 0; }
+  /// Note [Rejoin]: `rank` lives again (after its peer_down): events that
+  /// involve its new life are no longer settled as dead. (Ids of its
+  /// earlier lives still are: the RRef context checks their incarnation.)
+  void peer_rejoined(WorkerId rank) { dead_.erase(rank); }
 
   size_t pending_users() const { return pending_users_.size(); }
   size_t pending_children() const { return pending_children_.size(); }
@@ -135,8 +139,8 @@ class ForkTable {
   void drop_child(std::unordered_map<ForkId, PendingChild>::iterator it);
 
   const WorkerId self_;
-  // Workers whose peer_down arrived; only added to. (A rejoin under a new
-  // incarnation will need the incarnation here, not the rank.)
+  // Workers whose current life's peer_down arrived; a rejoin takes its
+  // rank out again.
   std::unordered_set<WorkerId> dead_;
   TableGauge& pending_users_gauge_;     // == pending_users_.size()
   TableGauge& pending_children_gauge_;  // == pending_children_.size()

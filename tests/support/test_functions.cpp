@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include <unistd.h>
+
 #include <ATen/ATen.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
@@ -68,6 +70,7 @@ CASTOR_FUNCTION(add_ints, [](int64_t a, int64_t b) { return a + b; });
 CASTOR_FUNCTION(concat, [](std::string a, const std::string& b) { return a + b; });
 CASTOR_FUNCTION(identity, [](at::Tensor t) { return t; });
 CASTOR_FUNCTION(whoami, [] { return current_worker().name(); });
+CASTOR_FUNCTION(pid_of, [] { return int64_t(::getpid()); });  // which process serves a name (test_rejoin)
 CASTOR_FUNCTION(fail, [](std::string message) -> int64_t { throw std::runtime_error(message); });
 CASTOR_FUNCTION(noop, [] {});
 

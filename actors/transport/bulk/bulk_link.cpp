@@ -80,9 +80,22 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
     std::lock_guard<std::mutex> lock(mtx_);
     if (stopping_ || !world.has(to) || world.member(to).bulk_port == 0) return nullptr;
     if (links_.size() < world.size()) links_.resize(world.size());
-    if (!links_[size_t(to)]) {
-      links_[size_t(to)] = std::make_unique<Link>();
-      links_[size_t(to)]->to = to;
+    auto& slot = links_[size_t(to)];
+    // RJ5 of Note [Rejoin]: a link to an earlier life of the peer is never
+    // reused; it is shut and kept until stop() joins its writer.
+    if (slot && slot->incarnation != world.member(to).incarnation) {
+      {
+        std::lock_guard<std::mutex> old_lock(slot->mtx);
+        slot->broken = true;
+        if (slot->stream.fd() >= 0) ::shutdown(slot->stream.fd(), SHUT_RDWR);
+        slot->cv.notify_all();
+      }
+      retired_.push_back(std::move(slot));
+    }
+    if (!slot) {
+      slot = std::make_unique<Link>();
+      slot->to = to;
+      slot->incarnation = world.member(to).incarnation;
     }
     link = links_[size_t(to)].get();
   }
@@ -149,6 +162,10 @@ bool BulkPath::open(Link& link) {
   }
   std::lock_guard<std::mutex> lock(link.mtx);
   if (fd >= 0 && stopping_) ::close(fd), fd = -1, why = "this worker is stopping";
+  // RJ5 of Note [Rejoin]: retired while it dialed (its peer rejoined), or
+  // dialed a later life than its own.
+  if (fd >= 0 && (link.broken || peer.incarnation != link.incarnation))
+    ::close(fd), fd = -1, why = "the peer restarted";
   if (fd < 0) {
     link.broken = true;
     link.cv.notify_all();

@@ -15,6 +15,7 @@ namespace castor::detail {
 
 struct BulkPath::Link {
   WorkerId to = -1;
+  uint32_t incarnation = 1;  // RJ5 of Note [Rejoin]: the peer's life this link reaches
   bulk::Stream stream;     // fd -1 until opened
   bool broken = false;     // B4: never reused
   bool same_host = false;  // B7: send addresses, not bytes

@@ -225,6 +225,8 @@ void BulkPath::stop() {
   {
     std::lock_guard<std::mutex> lock(mtx_);
     if (stopping_.exchange(true)) return;
+    for (auto& l : retired_) links_.push_back(std::move(l));  // RJ5: joined and closed like the others
+    retired_.clear();
     for (auto& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
     for (auto& l : links_) {
       if (!l) continue;

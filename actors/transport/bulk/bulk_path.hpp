@@ -66,6 +66,7 @@ class BulkPath {
   std::atomic<bool> stopping_{false};
   std::mutex mtx_;
   std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
+  std::vector<std::unique_ptr<Link>> retired_;  // links to earlier lives of rejoined peers (RJ5)
   struct Reader {
     std::thread thread;
     int fd = -1;  // closed by whoever joins the thread

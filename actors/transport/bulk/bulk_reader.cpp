@@ -69,6 +69,8 @@ void BulkPath::read_loop(Stream& stream) {
   // B7 reads only from the process that joined as that rank (its pid came
   // with the join, not with this unauthenticated greeting).
   same_host = same_host && pid == world.member(from).pid;
+  // Note [Rejoin] RJ5: this link belongs to the peer's current life only.
+  const uint32_t incarnation = world.member(from).incarnation;
   if (version != kWireProtocolVersion)
     return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   char answer = same_host ? kSameHost : kOtherHost;
@@ -151,7 +153,10 @@ void BulkPath::read_loop(Stream& stream) {
     // B2: as if the peer's worker actor had sent it through CAF; B8: a
     // well-formed call or reply is delivered from here, without waking the
     // actor (malformed ones go to the actor, which reports them).
-    if (!rt_.world().alive(from)) return drop("worker " + rt_.name_of(from) + " was found dead");  // B8
+    if (!rt_.world().alive(from) || rt_.world().member(from).incarnation != incarnation) {  // B8, RJ5
+      if (rt_.world().member(from).incarnation != incarnation) rt_.stats.stale_refused.fetch_add(1);  // RJ6
+      return drop("worker " + rt_.name_of(from) + " was found dead");
+    }
     if (type == kRequest && !req.malformed.empty()) {
       caf::send_as(sender, rt_.actor, std::move(req));
     } else if (type == kRequest) {

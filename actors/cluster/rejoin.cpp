@@ -1,0 +1,188 @@
+// A worker that died comes back: its new life checks in with the survivors
+// (rejoin_world, on the new worker's init thread), and they take it back
+// (accept_rejoin_impl, on each survivor's worker actor).
+#include <cstdio>
+
+#include <caf/typed_event_based_actor.hpp>
+
+#include "actors/cluster/join_steps.hpp"
+#include "actors/cluster/name_store.hpp"
+#include "actors/runtime/runtime.hpp"
+#include "actors/runtime/worker_state.hpp"
+
+namespace castor::detail {
+
+// Note [Rejoin]
+// ~~~~~~~~~~~~~
+// A worker other than rank 0 that dies can be started again (the launcher
+// does it under --max-restarts: Note [Restart policy]). The new process is
+// the same rank and name in a new life, its incarnation (1, 2, ...:
+// WorkerOptions::incarnation, CASTOR_INCARNATION). The world is complete and
+// rank 0's name store answered long ago, so it does not join; it rejoins:
+//  RJ1 It listens as any worker does, then checks in with rank 0 first (the
+//      master, or the cluster's first worker): rank 0 answers with the world
+//      as it stands, every member's address, life and liveness. Rank 0
+//      never rejoins: its death restarts the whole job.
+//  RJ2 It then checks in with every other member rank 0 knows alive, lower
+//      or higher rank (nobody connects to it), and hands each to its worker
+//      actor, which says hello. A member it cannot reach is dead in its
+//      world. It publishes that world and serves.
+//  RJ3 A survivor takes rank r back only for a higher incarnation than the
+//      one it knows, from a compatible worker (the name store's checks),
+//      while it runs. If it still thinks the old life alive (a host that
+//      vanished without closing its sockets), that life is declared dead
+//      first, as if its connection had been lost: its calls fail, its RRefs
+//      and contexts end, the app hears of it. Then the old life is
+//      forgotten: its handle (its late down message then finds no rank)
+//      and its entry into graceful shutdown (V4 of Note [Graceful
+//      shutdown]).
+//  RJ4 The new life is published alive with its handle at once: its worker
+//      actor comes in the request (a hello would come later, and a call to
+//      it made in between would find no handle). Its later hello finds the
+//      slot taken and changes nothing.
+//  RJ5 Nothing of a dead life serves the new one. Ids carry the incarnation
+//      (Note [Incarnation ids] in messages/ids.hpp), so the new life never
+//      hands out an id the old one did, and an RRef, fork or autograd
+//      context of the old life stays dead (OwnerDiedError) instead of
+//      naming an object of the new one. A bulk link belongs to one life: a
+//      sender retires the link of an earlier life instead of reusing it, and
+//      a reader drops its link once its peer's life changed. The RRef
+//      protocol learns of the new life after the old one's death, so that
+//      events of the new life are not settled as the dead one's.
+//  RJ6 A dead life that is still connected (a frozen host that wakes up)
+//      may still speak: the worker actor refuses and counts every message
+//      from the node of a peer's dead life (drop_stale), whatever it is.
+// Not covered: CAF 0.17 names a node by (process id, host hash). A new life
+// whose pid repeats its old life's on the same host (a container restarted
+// whole) while a survivor still has a route to the old one is refused by
+// BASP until that route is gone (the old connection's heartbeat or close).
+
+namespace {
+
+JoinReply refuse(const std::string& why) { return JoinReply{false, false, why, {}}; }
+
+}  // namespace
+
+JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  const auto& who = req.self;
+  auto label = "worker '" + who.name + "' (rank " + std::to_string(who.rank) + ", incarnation " +
+               std::to_string(who.incarnation) + ")";
+  auto here = "worker '" + rt->name() + "'";
+  auto run_state = rt->state.load();
+  if ((run_state != RunState::running && run_state != RunState::shutting_down) || st.shutdown.finishing)
+    return refuse(label + " cannot rejoin through " + here + ", which is " +
+                  (run_state == RunState::starting ? "still joining" : "leaving"));
+  const auto& world = rt->world();
+  if (!world.has(who.rank) || who.rank == rt->rank() || who.rank == 0)
+    return refuse(label + " cannot rejoin: " + here + " has no such peer rank");
+  const auto& known = world.member(who.rank);
+  if (known.name != who.name)
+    return refuse(label + " cannot rejoin: rank " + std::to_string(who.rank) + " is '" + known.name + "' on " + here);
+  if (who.incarnation <= known.incarnation)  // RJ3: a stale or repeated life
+    return refuse(label + " cannot rejoin: " + here + " knows incarnation " + std::to_string(known.incarnation) +
+                  " of it; a rejoin needs a higher one");
+  if (!st.own_join_request) st.own_join_request = make_join_request(*rt);
+  if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return refuse(why);
+  // RJ3: the old life is dead before the new one exists.
+  if (known.alive) declare_dead_impl(self, who.rank, "replaced by its incarnation " + std::to_string(who.incarnation));
+  auto handle = caf::actor_cast<worker_peer>(req.actor);
+  if (!handle) return refuse(label + " cannot rejoin: its request names no worker actor");
+  auto& slot = st.peers[size_t(who.rank)];
+  if (slot) {
+    st.rank_by_addr.erase(slot->handle.address());
+    self->demonitor(slot->handle.address());
+    slot.reset();
+  }
+  st.shutdown.entered.erase(who.rank);
+  add_peer_impl(self, who.rank, handle);  // monitored from here
+  auto member = Member::from(who);
+  member.handle = handle;
+  rt->membership.update([&](const World& w) { return w.with_rejoin(std::move(member)); });  // RJ4
+  if (rt->rrefs) rt->rrefs->on_peer_rejoined(who.rank, who.incarnation);  // RJ5: after its on_peer_down
+  std::fprintf(stderr, "castor[%s]: %s rejoined (incarnation %u)\n", rt->name().c_str(), who.name.c_str(),
+               unsigned(who.incarnation));
+  JoinReply reply{true, false, {}, {}};
+  if (rt->rank() == 0) {  // RJ1: the whole world
+    for (const auto& m : rt->world().members()) reply.workers.push_back(m.record());
+  } else {
+    reply.workers.push_back(rt->world().member(rt->rank()).record());
+  }
+  return reply;
+}
+
+void rejoin_world(Runtime& rt, std::chrono::steady_clock::time_point deadline) {
+  auto n = size_t(rt.opts.world_size);
+  auto life = " (incarnation " + std::to_string(rt.opts.incarnation) + ")";
+  if (rt.rank() == 0)
+    fail_init(rt.name(), ErrorKind::Lookup,
+              "rank 0 cannot rejoin" + life + ": its death restarts the whole job (README, \"When workers fail\")");
+  auto mine = make_join_request(rt);
+  mine.actor = caf::actor_cast<caf::strong_actor_ptr>(rt.actor);  // RJ4
+  caf::scoped_actor self{*rt.system};
+  // Checks in with `h`; its answer, or why not.
+  auto check_in = [&](const worker_peer& h, const std::string& what, std::chrono::steady_clock::time_point until,
+                      JoinReply& reply) -> std::string {
+    bool answered = false;
+    caf::error failure;
+    self->request(h, left_until(until), join_atom::value, mine)
+        .receive([&](JoinReply& x) { reply = std::move(x), answered = true; },
+                 [&](caf::error& e) { failure = std::move(e); });
+    if (!answered) return what + " did not answer: " + rt.system->render(failure);
+    if (!reply.ok) return what + " refused: " + reply.error;
+    return {};
+  };
+  // RJ1: rank 0 gives the world.
+  const auto& cluster = rt.opts.cluster;
+  auto host0 = cluster.empty() ? rt.opts.master.host : cluster[0].host;
+  auto port0 = cluster.empty() ? rt.opts.master.port : cluster[0].port;
+  auto h0 = connect_with_retry(rt, host0, port0, deadline, "rank 0");
+  JoinReply world_reply;
+  if (auto why = check_in(h0, "rank 0", deadline, world_reply); !why.empty())
+    fail_init(rt.name(), ErrorKind::Unreachable, "cannot rejoin" + life + ": " + why);
+  if (world_reply.workers.size() != n)
+    fail_init(rt.name(), ErrorKind::Internal,
+              "cannot rejoin" + life + ": rank 0 described " + std::to_string(world_reply.workers.size()) +
+                  " workers, world_size is " + std::to_string(n));
+  std::vector<Member> members(n);
+  for (size_t r = 0; r < n; ++r) {
+    if (world_reply.workers[r].rank != WorkerId(r))
+      fail_init(rt.name(), ErrorKind::Internal, "cannot rejoin" + life + ": rank 0's world has no rank " + std::to_string(r));
+    members[r] = Member::from(world_reply.workers[r]);
+  }
+  members[size_t(rt.rank())] = rt.world().member(rt.rank());  // ourselves as we listen
+  members[0].handle = h0;
+  register_peer(rt, self, 0, h0, members[0].name, deadline);
+  // RJ2: every other live member; one that is gone is dead here.
+  for (size_t r = 1; r < n; ++r) {
+    auto& m = members[r];
+    if (WorkerId(r) == rt.rank() || !m.alive) continue;
+    auto until = std::min(deadline, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    std::string why;
+    try {
+      auto h = connect_with_retry(rt, m.host, m.port, until, "worker " + m.name);
+      JoinReply reply;
+      why = check_in(h, "worker " + m.name, until, reply);
+      if (why.empty() && (reply.workers.size() != 1 || reply.workers[0].rank != WorkerId(r)))
+        why = "worker " + m.name + " answered as someone else";
+      if (why.empty()) {
+        m = Member::from(reply.workers[0]);
+        m.handle = h;
+        register_peer(rt, self, WorkerId(r), h, m.name, until);
+      }
+    } catch (const RpcError& e) {
+      why = e.what();
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "castor[%s]: rejoining without %s: %s\n", rt.name().c_str(), m.name.c_str(), why.c_str());
+      m.alive = false;
+      m.died_at = std::chrono::system_clock::now();
+      m.handle = nullptr;
+    }
+  }
+  rt.membership.update([&](const World& w) { return World(rt.rank(), w.epoch() + 1, std::move(members)); });
+  declare_running(rt);
+}
+
+}  // namespace castor::detail
