@@ -81,7 +81,17 @@ int run_app_rank(const std::string& app_name, const std::vector<std::string>& ar
   }
   try {
     auto parsed = app ? parse_app_flags(*app, args) : Flags();
-    auto w = init_rpc(std::move(opts));
+    std::optional<Worker> joined;
+    try {
+      joined.emplace(init_rpc(std::move(opts)));
+    } catch (const ShutdownError& e) {  // RJ7 of Note [Rejoin]: a new life that came too late
+      std::fprintf(stderr, "%s; this worker has nothing to rejoin and ends\n", e.what());
+      return 0;
+    } catch (const RejoinError& e) {  // RJ8: a new life that came too early
+      std::fprintf(stderr, "%s\n", e.what());
+      return kExitRestartJob;
+    }
+    auto& w = *joined;
     int rc = app ? app->run(w, parsed) : 0;  // without an app: serve the others until they are done
     w.shutdown();
     return rc;

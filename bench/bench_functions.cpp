@@ -44,3 +44,12 @@ CASTOR_FUNCTION(scale_rref_state, [] {
   auto info = castor::current_worker().rref_debug_info();
   return info["num_owner_rrefs"] + info["num_forks"] + info["num_pending_users"] + info["num_pending_children"];
 });
+
+// -- the recovery suite (bench/recovery_bench.cpp) ----------------------------------
+
+#include <torch/nn/modules/linear.h>
+
+#include "optimizer/remote_module.hpp"
+
+// Its model-parallel model's remote half.
+CASTOR_REMOTE_MODULE(torch::nn::Linear, int64_t, int64_t);

@@ -122,18 +122,34 @@ TlsOptions tls_files_of(const std::string& dir, int rank) {
 }  // namespace
 
 BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(WorkerOptions&)> tweak,
-                       AutogradMode mode, const std::string& tls_dir) {
-  auto port = free_port();
+                       AutogradMode mode, const std::string& tls_dir)
+    : opts_(opts), world_size_(world_size), port_(free_port()) {
+  auto port = port_;
+  peer_tail_.push_back(to_string(mode));
+  if (!tls_dir.empty()) peer_tail_.push_back(tls_dir);
   for (int r = 1; r < world_size; ++r) {
-    std::vector<std::string> args{"_worker", std::to_string(r), std::to_string(world_size), std::to_string(port),
-                                  to_string(mode)};
-    if (!tls_dir.empty()) args.push_back(tls_dir);
+    std::vector<std::string> args{"_worker", std::to_string(r), std::to_string(world_size), std::to_string(port)};
+    args.insert(args.end(), peer_tail_.begin(), peer_tail_.end());
     if (int pid = spawn_self(opts, args); pid > 0) pids_.push_back(pid);
   }
   auto o = bench_options(0, world_size, port);
   if (!tls_dir.empty()) o.tls = tls_files_of(tls_dir, 0);
   if (tweak) tweak(o);
   worker_.emplace(init_rpc(o));
+}
+
+int BenchWorld::restart_peer(int rank, uint32_t incarnation) {
+  std::vector<std::string> args{"_worker", std::to_string(rank), std::to_string(world_size_), std::to_string(port_)};
+  args.insert(args.end(), peer_tail_.begin(), peer_tail_.end());
+  ::setenv("CASTOR_INCARNATION", std::to_string(incarnation).c_str(), 1);  // as the launcher does
+  int pid = spawn_self(opts_, args);
+  ::unsetenv("CASTOR_INCARNATION");
+  if (pid > 0) {
+    int status = 0;
+    ::waitpid(pids_.at(size_t(rank - 1)), &status, WNOHANG);  // the dead one, reaped if it is
+    pids_.push_back(pid);
+  }
+  return pid;
 }
 
 BenchWorld::~BenchWorld() {

@@ -62,8 +62,15 @@ class BenchWorld {
   ~BenchWorld();
   Worker& self() { return *worker_; }
   int peer_pid(int rank) const { return pids_.at(size_t(rank - 1)); }
+  /// Starts rank `rank` again, in its life `incarnation` (it rejoins: Note
+  /// [Rejoin]); its earlier process must be dead. Its pid, or -1.
+  int restart_peer(int rank, uint32_t incarnation);
 
  private:
+  const Options& opts_;
+  int world_size_;
+  uint16_t port_;
+  std::vector<std::string> peer_tail_;  // the peer command line after the port: mode, TLS folder
   std::vector<int> pids_;
   std::optional<Worker> worker_;
 };

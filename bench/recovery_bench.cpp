@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <future>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <torch/nn/modules/linear.h>
@@ -84,6 +85,20 @@ std::vector<Figure> bench_recovery(const Options& opts) {
     ::kill(world.peer_pid(2), SIGKILL);
     if (when.wait_for(std::chrono::seconds(30)) == std::future_status::ready)
       out.push_back({"detect_sigkill_ms", std::chrono::duration<double, std::milli>(when.get() - killed).count()});
+    // Rejoin (Note [Rejoin]): from starting its new life to the world
+    // having it back, beside the floor of starting any process of this
+    // binary (libtorch and CAF loading).
+    auto floor = process_start_ms(opts, 1);
+    auto started = std::chrono::steady_clock::now();
+    if (world.restart_peer(2, 2) > 0) {
+      while (!w.is_alive(2) && std::chrono::steady_clock::now() - started < std::chrono::seconds(30))
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      if (w.is_alive(2) && w.rpc_sync<int64_t>(2, "scale_rank") == 2) {
+        double rejoin = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
+        out.push_back({"rejoin_ms", rejoin});
+        out.push_back({"rejoin_over_process_start_x", rejoin / floor});
+      }
+    }
     w.remove_failure_handler(id);
   }
   return out;

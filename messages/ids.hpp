@@ -18,10 +18,15 @@ namespace detail {
 
 inline constexpr int kLocalIdBits = 48;
 inline constexpr uint64_t kLocalIdMask = (uint64_t{1} << kLocalIdBits) - 1;
-// Note [Incarnation ids] (actors/cluster/rejoin.cpp): the top 8 bits of the
-// local part are the worker's incarnation less one, so that a worker that
-// rejoins never hands out an id its previous life did. Incarnation 1 keeps
-// the plain counter.
+// Note [Incarnation ids]
+// ~~~~~~~~~~~~~~~~~~~~~~
+// A worker that dies and rejoins (Note [Rejoin] in actors/cluster/rejoin.cpp)
+// starts its counters again, but survivors still remember ids of its old
+// life (an RRef it owned, a fork, a context). The top 8 bits of the local
+// part are the maker's incarnation less one, so a new life never hands out
+// an id its old life did, and an id tells which life made it
+// (incarnation_of). Incarnation 1 keeps the plain counter (40 bits: 10^12
+// ids of a kind per life).
 inline constexpr int kIncarnationShift = 40;
 inline constexpr uint32_t kMaxIncarnation = 256;
 

@@ -57,11 +57,13 @@ struct JoinReply {
   bool timed_out = false;  // the world did not complete in the joiner's time
   std::string error;
   std::vector<WorkerRecord> workers;  // indexed by rank when ok
+  bool ending = false;   // a rejoin refused because the job is ending (RJ7 of Note [Rejoin])
+  bool joining = false;  // a rejoin refused because the world is still joining (RJ8)
 
   template <class Inspector>
   friend typename Inspector::result_type inspect(Inspector& f, JoinReply& x) {
     return f(caf::meta::type_name("castor::JoinReply"), x.ok, x.timed_out, wire::checked(x.error),
-             wire::checked(x.workers));
+             wire::checked(x.workers), x.ending, x.joining);
   }
 };
 

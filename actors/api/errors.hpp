@@ -30,6 +30,13 @@ struct UnreachableError : RpcError { using RpcError::RpcError; };
 /// fails with this, naming the owner and the RRef. An UnreachableError, so
 /// that code catching those still catches it.
 struct OwnerDiedError : UnreachableError { using UnreachableError::UnreachableError; };
+/// init_rpc of a restarted worker (incarnation > 1): the world its previous
+/// life died from had not finished joining, so there is nothing to rejoin;
+/// the whole job must start again (castor's launcher does, on exit code
+/// kExitRestartJob). README, "When workers fail".
+struct RejoinError : UnreachableError { using UnreachableError::UnreachableError; };
+/// The exit code that asks castor's launcher to start the whole job again.
+inline constexpr int kExitRestartJob = 75;  // EX_TEMPFAIL
 /// The remote function threw; what() holds the remote what() and the worker.
 struct RemoteError : RpcError { using RpcError::RpcError; };
 /// Unknown worker, function, method, class or RRef.

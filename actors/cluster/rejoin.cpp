@@ -52,6 +52,16 @@ namespace castor::detail {
 //  RJ6 A dead life that is still connected (a frozen host that wakes up)
 //      may still speak: the worker actor refuses and counts every message
 //      from the node of a peer's dead life (drop_stale), whatever it is.
+//  RJ7 Once rank 0 has entered graceful shutdown, the job's work is done:
+//      it refuses a rejoin as "ending", and the new life's init_rpc throws
+//      a ShutdownError (castor's own worker runner then exits 0: nothing is
+//      left to rejoin). The other workers accept rejoins while they serve
+//      in shutdown, since rank 0 may still be running the app.
+//  RJ8 A life that died before the world finished joining left nothing to
+//      rejoin: rank 0 is still joining (and will fail, missing it). The new
+//      life's init_rpc throws a RejoinError; castor's worker runner exits
+//      with kExitRestartJob, and the launcher starts the whole job again
+//      (Note [Restart policy], R6).
 // Not covered: CAF 0.17 names a node by (process id, host hash). A new life
 // whose pid repeats its old life's on the same host (a container restarted
 // whole) while a survivor still has a route to the old one is refused by
@@ -59,7 +69,7 @@ namespace castor::detail {
 
 namespace {
 
-JoinReply refuse(const std::string& why) { return JoinReply{false, false, why, {}}; }
+JoinReply refuse(const std::string& why) { return JoinReply{false, false, why, {}, false, false}; }
 
 }  // namespace
 
@@ -71,9 +81,20 @@ JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req) {
                std::to_string(who.incarnation) + ")";
   auto here = "worker '" + rt->name() + "'";
   auto run_state = rt->state.load();
-  if ((run_state != RunState::running && run_state != RunState::shutting_down) || st.shutdown.finishing)
-    return refuse(label + " cannot rejoin through " + here + ", which is " +
-                  (run_state == RunState::starting ? "still joining" : "leaving"));
+  if (run_state == RunState::starting) {  // RJ8
+    auto reply = refuse(label + " cannot rejoin through " + here + ", which is still joining");
+    reply.joining = true;
+    return reply;
+  }
+  // RJ7: rank 0 in shutdown has ended the job's work; the others serve on
+  // in shutdown until it says done.
+  bool leaving = run_state == RunState::stopped || st.shutdown.finishing ||
+                 (rt->rank() == 0 && run_state == RunState::shutting_down);
+  if (leaving) {
+    auto reply = refuse(label + " cannot rejoin: the job is ending (" + here + " is leaving)");
+    reply.ending = true;
+    return reply;
+  }
   const auto& world = rt->world();
   if (!world.has(who.rank) || who.rank == rt->rank() || who.rank == 0)
     return refuse(label + " cannot rejoin: " + here + " has no such peer rank");
@@ -139,8 +160,15 @@ void rejoin_world(Runtime& rt, std::chrono::steady_clock::time_point deadline) {
   auto port0 = cluster.empty() ? rt.opts.master.port : cluster[0].port;
   auto h0 = connect_with_retry(rt, host0, port0, deadline, "rank 0");
   JoinReply world_reply;
-  if (auto why = check_in(h0, "rank 0", deadline, world_reply); !why.empty())
-    fail_init(rt.name(), ErrorKind::Unreachable, "cannot rejoin" + life + ": " + why);
+  auto why0 = check_in(h0, "rank 0", deadline, world_reply);
+  if (!why0.empty() && world_reply.joining)  // RJ8
+    throw RejoinError(ErrorInfo{ErrorKind::Unreachable, rt.name(),
+                                "init_rpc(" + rt.name() + "): cannot rejoin" + life + ": " + why0 +
+                                    "; the world its previous life died from never finished joining, so the job must "
+                                    "start again whole"});
+  if (auto why = why0; !why.empty())
+    fail_init(rt.name(), world_reply.ending ? ErrorKind::Shutdown : ErrorKind::Unreachable,
+              "cannot rejoin" + life + ": " + why);  // RJ7: a ShutdownError when the job is ending
   if (world_reply.workers.size() != n)
     fail_init(rt.name(), ErrorKind::Internal,
               "cannot rejoin" + life + ": rank 0 described " + std::to_string(world_reply.workers.size()) +

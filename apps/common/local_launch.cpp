@@ -24,6 +24,10 @@
 //      died and the rank 0 that failed because of it are often reaped in
 //      the same round, and the death is taken first -- after a clean exit
 //      of rank 0 in that round, which ends the job well (L1).
+//  L6. Before L3 and L5, a worker other than rank 0 that dies of a signal
+//      the launcher did not send while the job runs (rank 0 has not ended)
+//      may be started again in its place, alone (the caller's Respawn:
+//      Note [Restart policy], R2); the others carry on.
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
@@ -117,18 +121,23 @@ std::string self_executable() {
 uint16_t free_local_port() { return castor::detail::net::free_local_port(); }
 
 LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::milliseconds grace,
-                           bool stop_on_death) {
+                           bool stop_on_death, const Respawn& respawn) {
   std::vector<Child> children;
-  for (const auto& spec : specs) {
-    int p[2];
-    if (::pipe(p) != 0) continue;
+  children.reserve(specs.size());  // L6 replaces a child in place: pointers into it stay valid
+  auto start = [](const ProcessSpec& spec) {
     Child c;
     c.name = spec.name;
     c.leader = spec.leader;
+    int p[2];
+    if (::pipe(p) != 0) return c;
     c.pid = spawn(spec, p[1]);
     ::close(p[1]);
     c.fd = p[0];
-    children.push_back(std::move(c));
+    return c;
+  };
+  for (const auto& spec : specs) {
+    auto c = start(spec);
+    if (c.pid > 0) children.push_back(std::move(c));
   }
   LaunchResult result;
   bool has_leader = false;
@@ -190,6 +199,25 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       auto died = c.name + " (killed by signal " + std::to_string(signaled ? WTERMSIG(status) : 0) + ")";
       bool ours = ending_before == Ending::killing || (ending_before == Ending::terminating && WTERMSIG(status) == SIGTERM);
+      if (signaled && !ours && !c.leader && ending == Ending::none && respawn) {  // L6
+        if (auto spec = respawn(Death{c.name, WTERMSIG(status)})) {
+          result.restarted.push_back(Death{c.name, WTERMSIG(status)});
+          if (c.fd >= 0) {  // what it wrote before dying
+            char buf[4096];
+            ssize_t n;
+            while ((n = ::read(c.fd, buf, sizeof(buf))) > 0) c.partial.append(buf, size_t(n));
+            flush_lines(c, true);
+            ::close(c.fd);
+          }
+          auto again = start(*spec);
+          if (again.pid > 0) {
+            c = std::move(again);
+            ++alive;
+            continue;
+          }
+          std::printf("[launch] cannot start %s again\n", c.name.c_str());
+        }
+      }
       if (signaled && !ours) result.died.push_back(Death{c.name, WTERMSIG(status)});
       if (c.leader && c.code == 0 && ending == Ending::none) {  // L1
         ending = Ending::waiting;

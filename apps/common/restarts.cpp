@@ -4,29 +4,38 @@
 // ~~~~~~~~~~~~~~~~~~~~~
 //  R1. Without --max-restarts (0), a job runs once under Note [Launch
 //      policy], L1-L4.
-//  R2. With --max-restarts N > 0, a worker killed by a signal the launcher
-//      did not send (SIGKILL, the OOM killer, a crash) stops the whole job
-//      (L5), and the job is started again: every worker, with
-//      CASTOR_RESTART=<restarts so far> in its environment. The app resumes
-//      from its last checkpoint (castor::Checkpoint); this is torchrun's
-//      group restart. It holds for rank 0 as for any other rank.
-//  R3. Restarts are counted per worker: the death that would be a worker's
-//      N+1-th restart fails the job, naming the worker and the count, with
-//      that death's exit code (128 + the signal).
-//  R4. A worker that exits with an error code of its own is not restarted
+//  R2. With --max-restarts N > 0, a worker other than rank 0 killed by a
+//      signal the launcher did not send (SIGKILL, the OOM killer, a crash)
+//      is started again alone (L6), with CASTOR_INCARNATION=<its life>:
+//      it rejoins the survivors under that incarnation (Note [Rejoin] in
+//      actors/cluster/rejoin.cpp), who carried on meanwhile; the app takes
+//      it back (the parameter server gives it a trainer again).
+//  R3. When rank 0 dies (the driver, the name store, the shutdown
+//      coordinator), the job stops whole (L1) and is started again: every
+//      worker, in its first life, with CASTOR_RESTART=<restarts so far> in
+//      its environment. The app resumes from its last checkpoint
+//      (castor::Checkpoint); this is torchrun's group restart.
+//  R4. Restarts are counted per worker, both kinds together: the death
+//      that would be a worker's N+1-th restart fails the job, naming the
+//      worker and the count, with that death's exit code (128 + the
+//      signal). Every worker sees CASTOR_MAX_RESTARTS=N.
+//  R5. A worker that exits with an error code of its own is not restarted
 //      (L2: the same error would come back); a job whose rank 0 ended well
 //      is over, whatever died after it.
-// Not yet: a worker other than rank 0 that restarts alone and rejoins the
-// survivors under a new incarnation; until then every death costs the
-// whole job its progress since the last checkpoint.
+//  R6. Except kExitRestartJob (75), which a worker started again under R2
+//      exits with when the world its previous life died from never finished
+//      joining (RJ8 of Note [Rejoin]): the job starts again whole, as R3,
+//      without counting that worker twice.
 #include "apps/common/restarts.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <map>
 #include <stdexcept>
 
+#include "actors/api/errors.hpp"
 #include "apps/common/training_log.hpp"
 
 namespace castor::apps {
@@ -39,7 +48,8 @@ void declare_max_restarts(po::options_description& flags) {
 
 int max_restarts_from(const Flags& flags) {
   int n = flags.get<int>("max-restarts");
-  if (n < 0 || n > 1000) throw std::invalid_argument("--max-restarts takes a number from 0 to 1000, not " + std::to_string(n));
+  // A worker's lives are numbered 1..256 (Note [Incarnation ids]).
+  if (n < 0 || n > 255) throw std::invalid_argument("--max-restarts takes a number from 0 to 255, not " + std::to_string(n));
   return n;
 }
 
@@ -54,10 +64,36 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
     auto specs = make_specs(restart);
     for (auto& s : specs) s.env.emplace("CASTOR_JOB_ID", job);
     if (max_restarts > 0)
-      for (auto& s : specs) s.env["CASTOR_RESTART"] = std::to_string(restart);
-    auto result = run_processes(specs, std::chrono::seconds(5), max_restarts > 0);
+      for (auto& s : specs) {
+        s.env["CASTOR_RESTART"] = std::to_string(restart);
+        s.env["CASTOR_MAX_RESTARTS"] = std::to_string(max_restarts);
+        s.env["CASTOR_INCARNATION"] = "1";  // R3: a new world
+      }
+    std::map<std::string, int> lives;  // R2: in this start of the job
+    Respawn respawn = [&](const Death& death) -> std::optional<ProcessSpec> {
+      if (restarts[death.name] >= max_restarts) return std::nullopt;  // R4: L5 stops the job, counted below
+      auto it = std::find_if(specs.begin(), specs.end(), [&](const ProcessSpec& s) { return s.name == death.name; });
+      if (it == specs.end()) return std::nullopt;
+      int count = ++restarts[death.name];
+      int life = ++lives[death.name] + 1;
+      auto spec = *it;
+      spec.env["CASTOR_INCARNATION"] = std::to_string(life);
+      std::printf("[launch] %s died (killed by signal %d): starting it again (restart %d of %d for %s); it rejoins "
+                  "under incarnation %d\n",
+                  death.name.c_str(), death.signal, count, max_restarts, death.name.c_str(), life);
+      std::fflush(stdout);
+      return spec;
+    };
+    auto result = run_processes(specs, std::chrono::seconds(5), max_restarts > 0,
+                                max_restarts > 0 ? respawn : Respawn{});
     report_lost(result, command);
-    if (max_restarts == 0 || result.exit_code == 0 || result.died.empty()) return result;  // R1, R4
+    if (max_restarts > 0 && result.exit_code == kExitRestartJob && lives.count(result.failed)) {  // R6
+      std::printf("[launch] %s could not rejoin: its world never finished joining; the job starts again whole\n",
+                  result.failed.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    if (max_restarts == 0 || result.exit_code == 0 || result.died.empty()) return result;  // R1, R5
     const auto& death = result.died.front();  // the first death seen caused the others' ends
     int count = ++restarts[death.name];
     if (count > max_restarts) {  // R3: the death is the verdict, whoever was reaped first

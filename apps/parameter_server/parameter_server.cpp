@@ -8,7 +8,9 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -140,6 +142,13 @@ int64_t ParameterServer::trainer_left(int64_t trainer) {
   return int64_t(trainers_.size());
 }
 
+void ParameterServer::trainer_back(int64_t trainer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!pushed_.empty()) throw std::logic_error("ParameterServer: a trainer can come back between rounds only");
+  trainers_.insert(trainer);
+  if (!sync_) set_async_momentum();  // A2
+}
+
 void ParameterServer::apply(double divisor) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -183,6 +192,12 @@ void ParameterServer::load(torch::serialize::InputArchive& archive) {
   archive.read("params", params);
   archive.read("optimizer", optimizer);
   castor::detail::load_tensors(params, params_);  // checks the shapes: another --hidden is refused
+  // A fresh optimizer first: SGD::load leaves a momentum buffer that the
+  // archive has none for (one saved before the first step) as it was, and
+  // a rerun epoch (J1 of Note [Trainer failure]) must not start with the
+  // failed attempt's momentum.
+  auto options = static_cast<torch::optim::SGDOptions&>(optimizer_->param_groups().front().options());
+  optimizer_ = std::make_unique<torch::optim::SGD>(params_, options);
   optimizer_->load(optimizer);
 }
 
@@ -220,6 +235,9 @@ class Trainer {
  public:
   explicit Trainer(TrainerSetup setup) : setup_(std::move(setup)), rank_(current_worker().rank()) {}
 
+  /// Which shard it trains (its rank): a call that shows it is built.
+  int64_t shard_rank() const { return rank_; }
+
   /// One epoch: `steps` steps on its shard, each pushing gradients and
   /// continuing from the parameters the server returns. Returns its mean loss.
   double train_epoch(int64_t epoch, int64_t steps) {
@@ -253,7 +271,8 @@ class Trainer {
 
 CASTOR_CLASS(castor::apps::ps::Trainer)
     .constructor<castor::apps::ps::TrainerSetup>()
-    .method("train_epoch", &castor::apps::ps::Trainer::train_epoch);
+    .method("train_epoch", &castor::apps::ps::Trainer::train_epoch)
+    .method("shard_rank", &castor::apps::ps::Trainer::shard_rank);
 
 namespace castor::apps::ps {
 namespace {
@@ -312,6 +331,32 @@ std::vector<EpochResult> resume(Checkpoint& checkpoint, const std::string& setti
   return results;
 }
 
+// J1 of Note [Trainer failure]: the server's state in memory, and back.
+std::string snapshot_of(const ParameterServer& ps) {
+  torch::serialize::OutputArchive archive;
+  ps.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+void restore(ParameterServer& ps, const std::string& snapshot) {
+  torch::serialize::InputArchive archive;
+  std::istringstream in(snapshot);
+  archive.load_from(in);
+  ps.load(archive);
+}
+
+// J3: waits until worker `rank` is alive again (it rejoined), at most `limit`.
+bool await_rejoin(Worker& w, int64_t rank, std::chrono::milliseconds limit) {
+  auto deadline = Clock::now() + limit;
+  while (!w.is_alive(rank)) {
+    if (Clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
 // How many of an epoch's trainer calls have completed (their callbacks run
 // on executor threads).
 struct Ended {
@@ -336,7 +381,15 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
   // Note [Trainer failure]: the handler holds the server (an RRef copy), so
   // it stays valid while a handler runs; it is removed when training ends.
   std::optional<FailureHandlerId> on_failure;
-  if (cfg.continue_on_trainer_failure)
+  if (cfg.rejoin) {  // J1: the trainer comes back; the driver reruns its epoch
+    // The driver takes it out of the rounds itself (J2), when its call
+    // fails: a late handler must not take out its new life.
+    on_failure = w.on_worker_failure([](const WorkerFailure& f) {
+      std::printf("\n%s; its epoch runs again once it rejoins\n", f.message().c_str());
+      std::fflush(stdout);
+    });
+  }
+  else if (cfg.continue_on_trainer_failure)
     on_failure = w.on_worker_failure([server](const WorkerFailure& f) {
       auto left = server.local_value().trainer_left(f.worker.id);
       std::printf("\n%s; the server carries on with %lld trainer(s)\n", f.message().c_str(), (long long)left);
@@ -352,8 +405,12 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
   // The trainers, one per other worker, held as one mesh.
   std::vector<int64_t> trainer_ranks;
   for (int64_t r = 1; r <= trainers; ++r) trainer_ranks.push_back(r);
-  auto mesh = w.spawn_mesh<Trainer>(trainer_ranks, TrainerSetup{server, trainers, cfg.batch, cfg.seed, cfg.data_dir,
-                                                                cfg.limit});
+  const TrainerSetup setup{server, trainers, cfg.batch, cfg.seed, cfg.data_dir, cfg.limit};
+  auto mesh = w.spawn_mesh<Trainer>(trainer_ranks, setup);
+  // J1 of Note [Trainer failure]: a trainer built again on a rejoined worker
+  // replaces its mesh member; J3: one that did not come back is left out.
+  std::vector<std::optional<RRef<Trainer>>> reborn(mesh.size());
+  std::vector<bool> left_out(mesh.size(), false);
   std::vector<EpochResult> results;
   // Note [Parameter-server checkpoints]
   auto settings = settings_of(cfg, trainers);
@@ -367,10 +424,60 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
       for (const auto& r : results) on_epoch(r);  // the curves include the epochs before the restart
   }
   const auto epoch_timeout = castor::Timeout{std::chrono::minutes(30)};
+  auto train_epoch = [&](size_t i, int64_t epoch) {
+    if (reborn[i]) return reborn[i]->rpc_async(&Trainer::train_epoch, epoch, steps, epoch_timeout);
+    return mesh.call_one(i, &Trainer::train_epoch, epoch, steps, epoch_timeout);
+  };
+  // J1: trainer `i` again on its worker's new life (waiting for it to
+  // rejoin), or J3: left out. Between epoch attempts only.
+  auto rebuild = [&](size_t i, int64_t epoch, bool again) {
+    auto rank = trainer_ranks[i];
+    auto name = w.get_worker_info(rank).name;
+    if (!await_rejoin(w, rank, cfg.rejoin_wait)) {
+      left_out[i] = true;
+      ps.trainer_left(rank);
+      std::printf("trainer %s did not rejoin within %lld s: the epochs go on without it\n", name.c_str(),
+                  (long long)std::chrono::duration_cast<std::chrono::seconds>(cfg.rejoin_wait).count());
+      return;
+    }
+    reborn[i] = w.remote<Trainer>(rank, setup);
+    reborn[i]->rpc_sync(&Trainer::shard_rank);  // built (or its error thrown) before the epoch runs
+    ps.trainer_back(rank);
+    if (again)
+      std::printf("trainer %s rejoined: epoch %lld runs again from its start\n", name.c_str(), (long long)epoch);
+    else
+      std::printf("trainer %s rejoined: it trains from epoch %lld on\n", name.c_str(), (long long)epoch);
+  };
+  // J1: a trainer whose worker died (and maybe rejoined already) since the
+  // last epoch is built again before this one starts: its old life's
+  // object answers nothing.
+  auto check_trainers = [&](int64_t epoch) {
+    for (size_t i = 0; i < mesh.size(); ++i) {
+      if (left_out[i]) continue;
+      if (w.is_alive(trainer_ranks[i])) {
+        try {
+          if (reborn[i])
+            reborn[i]->rpc_sync(&Trainer::shard_rank);
+          else
+            mesh.call_one(i, &Trainer::shard_rank).wait();
+          continue;
+        } catch (const UnreachableError&) {  // its life died: build it again on the new one
+        }
+      }
+      rebuild(i, epoch, false);
+    }
+    std::fflush(stdout);
+  };
+  std::string epoch_start;  // J1: the server as the epoch began
   for (int64_t epoch = int64_t(results.size()) + 1; epoch <= cfg.epochs; ++epoch) {
+    if (cfg.rejoin) {
+      check_trainers(epoch);
+      epoch_start = snapshot_of(ps);
+    }
+    std::vector<size_t> died;  // J1: the members whose calls failed in this attempt
     std::vector<size_t> active;  // the mesh members alive as the epoch starts
     for (size_t i = 0; i < mesh.size(); ++i)
-      if (w.is_alive(trainer_ranks[i])) active.push_back(i);
+      if (w.is_alive(trainer_ranks[i]) && !left_out[i]) active.push_back(i);
     if (active.empty())
       throw std::runtime_error("parameter-server: every trainer has died; epoch " + std::to_string(epoch) +
                                " cannot run");
@@ -379,7 +486,7 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
     ps.set_learning_rate(epoch_learning_rate(cfg, epoch));  // between epochs: no update is running
     auto start = Clock::now();
     std::vector<Future<double>> running;
-    for (auto i : active) running.push_back(mesh.call_one(i, &Trainer::train_epoch, epoch, steps, epoch_timeout));
+    for (auto i : active) running.push_back(train_epoch(i, epoch));
     // Each trainer's end as it comes: a failure is seen at once, not after
     // the trainers before it (who may wait in a round for the failed one).
     // A completion wakes the driver at once (the epoch's time stops then),
@@ -401,6 +508,11 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
         try {
           running[i].wait();  // throws the trainer's error, naming it
         } catch (const UnreachableError&) {
+          if (cfg.rejoin) {  // J2: the others finish this attempt without it
+            ps.trainer_left(trainer_ranks[active[i]]);
+            died.push_back(active[i]);
+            continue;
+          }
           if (!cfg.continue_on_trainer_failure || w.is_alive(trainer_ranks[active[i]])) throw;
           // Note [Trainer failure]: its death is the handler's to take.
         }
@@ -415,6 +527,15 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
       char note[64];
       std::snprintf(note, sizeof(note), "%.0f samples/s", double(done * cfg.batch) / seconds_since(start));
       bar.update(done, note);
+    }
+    if (!died.empty()) {  // J1: back to the epoch's start, with the trainers that rejoin
+      bar.finish("interrupted: a trainer died");
+      restore(ps, epoch_start);
+      ps.take_epoch_loss();
+      for (auto i : died) rebuild(i, epoch, true);
+      std::fflush(stdout);
+      --epoch;
+      continue;
     }
     EpochResult r;
     r.epoch = epoch;
@@ -435,6 +556,19 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
       std::printf("checkpoint: epoch %lld saved in %s\n", (long long)epoch, checkpoint->directory().c_str());
       std::fflush(stdout);
     }
+  }
+  if (cfg.rejoin) {
+    // J4: a trainer that dies after training (while the job shuts down) is
+    // excused from the shutdown (Note [Shutdown with survivors]) for the
+    // rest of the worker's life; its new life finds the job ending (RJ7 of
+    // Note [Rejoin]).
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      w.on_worker_failure([](const WorkerFailure& f) {
+        std::printf("%s after training; the job ends without it\n", f.message().c_str());
+        std::fflush(stdout);
+      });
+    });
   }
   return results;
 }

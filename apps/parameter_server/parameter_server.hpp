@@ -39,6 +39,20 @@
 //       trainers left, each on its own shard; the dead trainer's shard is
 //       not trained on any more. The job ends with exit 0 while one
 //       trainer is left.
+// Under a restart policy (PsConfig::rejoin: the launcher starts a dead
+// trainer again, Note [Restart policy] R2):
+//   J1. A trainer's death loses neither the job nor its shard: the epoch it
+//       died in runs again from the server state it started with (kept in
+//       memory), once the trainer has rejoined under its new incarnation
+//       (Note [Rejoin]); its Trainer is built again on the new life
+//       (trainer_back). The result is the undisturbed run's.
+//   J2. The attempt's other trainers finish it first (trainer_left lets
+//       their rounds complete), so no call is left running when the server
+//       is restored; what they pushed is undone by the restore.
+//   J3. A trainer that has not rejoined within PsConfig::rejoin_wait is left
+//       out, as with --on-trainer-failure continue.
+//   J4. A trainer that dies once training is over is excused from the
+//       graceful shutdown; its new life is told the job is ending.
 //
 // Note [Parameter-server checkpoints]
 // With --checkpoint-dir D, the driver saves the server (its parameters and
@@ -53,6 +67,7 @@
 // is refused, naming both.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <mutex>
 #include <set>
@@ -87,6 +102,8 @@ struct PsConfig {
   std::string data_dir = default_fashion_mnist_dir();
   bool progress = true;    // draw a progress bar per epoch
   bool continue_on_trainer_failure = false;  // Note [Trainer failure]
+  bool rejoin = false;  // J1 of Note [Trainer failure]: dead trainers come back (CASTOR_MAX_RESTARTS > 0)
+  std::chrono::milliseconds rejoin_wait{60000};  // J3
   std::string checkpoint_dir;  // Note [Parameter-server checkpoints]; empty: none
   int64_t checkpoint_every = 1;  // epochs between checkpoints
 };
@@ -115,6 +132,8 @@ class ParameterServer {
   /// Note [Trainer failure]: `trainer` (a rank) is gone; a sync round no
   /// longer waits for it. Returns the number of trainers left.
   int64_t trainer_left(int64_t trainer);
+  /// J1 of Note [Trainer failure]: `trainer` rejoined; between epochs only.
+  void trainer_back(int64_t trainer);
 
   // For the driver on the server's worker, between or during epochs.
   int64_t updates() const;          // pushes since the last take_epoch_loss()

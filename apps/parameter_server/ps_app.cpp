@@ -2,6 +2,7 @@
 // the other ranks are trainers. With --compare, rank 0 then trains the same
 // model in one process with plain libtorch and prints both accuracies.
 #include <cstdio>
+#include <cstdlib>
 
 #include "apps/common/app.hpp"
 #include "apps/common/training_log.hpp"
@@ -68,6 +69,10 @@ PsConfig config_from(const Flags& flags) {
   if (on_failure != "stop" && on_failure != "continue")
     throw std::invalid_argument("--on-trainer-failure must be stop or continue, got '" + on_failure + "'");
   c.continue_on_trainer_failure = on_failure == "continue";
+  // J1 of Note [Trainer failure]: under `--max-restarts` the launcher starts a
+  // dead trainer again (Note [Restart policy]) and says so to every worker.
+  const char* restarts = std::getenv("CASTOR_MAX_RESTARTS");
+  c.rejoin = restarts && std::atoi(restarts) > 0;
   c.checkpoint_dir = flags.find<std::string>("checkpoint-dir").value_or("");
   c.checkpoint_every = flags.get<int64_t>("checkpoint-every");
   if (c.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
