@@ -109,3 +109,38 @@ TEST_CASE("membership publishes the next epoch, then tells the hooks, old refere
   CHECK_THROWS_AS(m.update([](const World& w) { return World(0, w.epoch(), three()); }), std::logic_error);
   CHECK(m.current().epoch() == 2);
 }
+
+TEST_CASE("a rejoin is a new world: the rank alive again in its new life, with its handle (Note [Rejoin])") {
+  auto world = World(0, 1, three()).with_death(2, std::chrono::system_clock::now());
+  CHECK_FALSE(world.any_rejoined());
+  auto again = three()[2];
+  again.incarnation = 2;
+  again.port = 7002;
+  again.alive = false;  // whatever the record says: a rejoin is alive
+  auto back = world.with_rejoin(again);
+  CHECK(back.epoch() == world.epoch() + 1);
+  CHECK(back.alive(2));
+  CHECK(back.member(2).incarnation == 2);
+  CHECK(back.member(2).port == 7002);
+  CHECK(back.member(2).died_at == std::chrono::system_clock::time_point{});
+  CHECK(back.any_rejoined());
+  CHECK_FALSE(world.alive(2));  // M1: the old world is as it was
+  // Records carry the life and the liveness both ways.
+  auto rec = back.member(2).record();
+  CHECK(rec.incarnation == 2);
+  CHECK(Member::from(rec).incarnation == 2);
+}
+
+TEST_CASE("ids carry their maker's incarnation: a new life never hands out an id of its old one (Note [Incarnation ids])") {
+  IdGenerator<RRefId> first(2), second(2, 2), last(2, kMaxIncarnation);
+  auto a = first.next(), b = second.next(), c = last.next();
+  CHECK(a.worker() == 2);
+  CHECK(b.worker() == 2);
+  CHECK(a != b);
+  CHECK(incarnation_of(a) == 1);
+  CHECK(incarnation_of(b) == 2);
+  CHECK(incarnation_of(c) == kMaxIncarnation);
+  CHECK(a.local() == 1);  // incarnation 1 keeps the plain counter
+  CHECK(c.worker() == 2);  // the top incarnation stays inside the local part
+}
+
