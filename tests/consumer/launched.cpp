@@ -5,10 +5,13 @@
 //   MODE ok        every rank answers; rank 0 prints what it heard
 //   MODE fail      rank 1's own code fails before it joins: it exits 3 with
 //                  its error
-//   MODE die-once  the first start of the job loses rank 1 to a SIGKILL of
-//                  its own (CASTOR_RESTART unset); a restart finishes
+//   MODE die-once  rank 1's first life (CASTOR_INCARNATION 1 of the job's
+//                  first start) SIGKILLs itself when rank 0 calls it; under
+//                  --max-restarts its new life rejoins (README, "Restarts,
+//                  rejoin and checkpoints") and rank 0 calls it again
 #include <signal.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,7 +19,10 @@
 
 #include <castor.hpp>
 
+bool die_in_call = false;  // die-once, in rank 1's first life
+
 CASTOR_FUNCTION(introduce, [](int64_t from) {
+  if (die_in_call) ::raise(SIGKILL);
   auto& w = castor::current_worker();
   return w.name() + " of " + std::to_string(w.world_size()) + " greets rank " + std::to_string(from);
 });
@@ -30,13 +36,28 @@ int main(int argc, char** argv) {
     const char* rank = std::getenv("RANK");
     if (mode == "fail" && rank && std::string(rank) == "1") throw std::runtime_error("rank 1 fails on purpose");
     castor::Worker w = castor::init_rpc_from_env();
-    bool first_start = !restart || std::string(restart) == "0";
-    if (mode == "die-once" && w.rank() == 1 && first_start) ::raise(SIGKILL);
+    const char* life = std::getenv("CASTOR_INCARNATION");
+    bool first_life = (!restart || std::string(restart) == "0") && (!life || std::string(life) == "1");
+    die_in_call = mode == "die-once" && w.rank() == 1 && first_life;
+    const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
+    bool comes_back = max_restarts && std::atoi(max_restarts) > 0;
     if (w.rank() == 0) {
-      for (int r = 1; r < w.world_size(); ++r)
-        std::printf("launched: %s\n",
-                    w.rpc_sync<std::string>(w.get_worker_info(int64_t(r)).name, "introduce", int64_t(0)).c_str());
-      std::printf("launched: done after %s restart(s)\n", restart ? restart : "0");
+      int rejoins = 0;
+      for (int r = 1; r < w.world_size(); ++r) {
+        auto name = w.get_worker_info(int64_t(r)).name;
+        for (int attempt = 1;; ++attempt) {
+          try {
+            std::printf("launched: %s\n", w.rpc_sync<std::string>(name, "introduce", int64_t(0)).c_str());
+            break;
+          } catch (const castor::UnreachableError&) {
+            if (!comes_back || attempt == 3) throw;
+            // Its next life rejoins: wait for it (bounded), then call again.
+            for (int i = 0; i < 600 && !w.is_alive(name); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            ++rejoins;
+          }
+        }
+      }
+      std::printf("launched: done after %s restart(s) and %d rejoin(s)\n", restart ? restart : "0", rejoins);
       std::fflush(stdout);
     }
     w.shutdown();

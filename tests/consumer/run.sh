@@ -47,8 +47,8 @@ expect "a rank whose code fails" 3 "$out" $rc "[worker1] launched: rank 1 fails 
   "exited with 3; stopping the others"
 out=$(run -n 2 --max-restarts 1 "$launched" die-once); rc=$?
 expect "a rank SIGKILLed, --max-restarts 1" 0 "$out" $rc \
-  "[launch] worker1 died (killed by signal 9): restarting the job (restart 1 of 1 for worker1)" \
-  "[worker0] launched: worker1 of 2 greets rank 0" "[worker0] launched: done after 1 restart(s)"
+  "[launch] worker1 died (killed by signal 9): starting it again (restart 1 of 1 for worker1); it rejoins under incarnation 2" \
+  "[worker0] launched: worker1 of 2 greets rank 0" "[worker0] launched: done after 0 restart(s) and "
 out=$(run -n 2 "$launched" die-once); rc=$?
 # rank 0's app hears of the death (its call or its shutdown fails) and fails.
 expect "a rank SIGKILLed without restarts" 3 "$out" $rc \
