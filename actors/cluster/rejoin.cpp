@@ -106,10 +106,10 @@ JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req) {
                   " of it; a rejoin needs a higher one");
   if (!st.own_join_request) st.own_join_request = make_join_request(*rt);
   if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return refuse(why);
-  // RJ3: the old life is dead before the new one exists.
-  if (known.alive) declare_dead_impl(self, who.rank, "replaced by its incarnation " + std::to_string(who.incarnation));
   auto handle = caf::actor_cast<worker_peer>(req.actor);
   if (!handle) return refuse(label + " cannot rejoin: its request names no worker actor");
+  // RJ3: the old life is dead before the new one exists.
+  if (known.alive) declare_dead_impl(self, who.rank, "replaced by its incarnation " + std::to_string(who.incarnation));
   auto& slot = st.peers[size_t(who.rank)];
   if (slot) {
     st.rank_by_addr.erase(slot->handle.address());
@@ -209,7 +209,18 @@ void rejoin_world(Runtime& rt, std::chrono::steady_clock::time_point deadline) {
       m.handle = nullptr;
     }
   }
-  rt.membership.update([&](const World& w) { return World(rt.rank(), w.epoch() + 1, std::move(members)); });
+  rt.membership.update([&](const World& w) {
+    // A peer that our worker actor found dead meanwhile (the same life)
+    // stays dead.
+    for (auto& m : members)
+      if (w.has(m.rank) && m.rank != rt.rank() && !w.member(m.rank).alive &&
+          w.member(m.rank).incarnation == m.incarnation && w.member(m.rank).died_at != std::chrono::system_clock::time_point{}) {
+        m.alive = false;
+        m.died_at = w.member(m.rank).died_at;
+        m.handle = nullptr;
+      }
+    return World(rt.rank(), w.epoch() + 1, std::move(members));
+  });
   declare_running(rt);
 }
 

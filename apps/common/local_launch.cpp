@@ -132,7 +132,10 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
     if (::pipe(p) != 0) return c;
     c.pid = spawn(spec, p[1]);
     ::close(p[1]);
-    c.fd = p[0];
+    if (c.pid > 0)
+      c.fd = p[0];
+    else
+      ::close(p[0]);
     return c;
   };
   for (const auto& spec : specs) {
@@ -208,6 +211,7 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
             while ((n = ::read(c.fd, buf, sizeof(buf))) > 0) c.partial.append(buf, size_t(n));
             flush_lines(c, true);
             ::close(c.fd);
+            c.fd = -1;
           }
           auto again = start(*spec);
           if (again.pid > 0) {

@@ -83,7 +83,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
     auto& slot = links_[size_t(to)];
     // RJ5 of Note [Rejoin]: a link to an earlier life of the peer is never
     // reused; it is shut and kept until stop() joins its writer.
-    if (slot && slot->incarnation != world.member(to).incarnation) {
+    if (slot && slot->incarnation < world.member(to).incarnation) {
       {
         std::lock_guard<std::mutex> old_lock(slot->mtx);
         slot->broken = true;
