@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -51,6 +52,12 @@ struct Heard {
   }
 };
 
+// worker2 of a 3-worker world on `port`, started again in its life 2.
+std::unique_ptr<test::ChildWorker> second_life_of_worker2(uint16_t port) {
+  Incarnation second(2);
+  return std::make_unique<test::ChildWorker>(2, 3, port);
+}
+
 uint64_t bulk_sent(Worker& w) { return castor::testing::runtime(w).stats.bulk_sent.load(); }
 
 // What every rejoined worker2 must do: serve, call, be called through a
@@ -94,11 +101,7 @@ TEST_CASE("a killed worker started again rejoins under incarnation 2: its old li
   auto down = error_of([&] { w0.rpc_sync<std::string>("worker2", "whoami"); });
   CHECK_MESSAGE(contains(down, "worker2"), down);
 
-  std::optional<test::ChildWorker> again;
-  {
-    Incarnation second(2);
-    again.emplace(2, 3, port);
-  }
+  auto again = second_life_of_worker2(port);
   REQUIRE_MESSAGE(eventually([&] { return w0.is_alive("worker2"); }, milliseconds(30000)),
                   "worker2's second life did not rejoin within 30 s");
   check_rejoined(w0, old_pid);
@@ -137,11 +140,7 @@ TEST_CASE("a new life replaces an old one the survivors still think alive (a fro
   ::kill(pid_t(c2.pid()), SIGSTOP);
   // It will read this only when it wakes, in its dead life, and then call us.
   auto hanging = w0.rpc_async<int64_t>("worker2", "call_back", std::string("worker0"), int64_t(5));
-  std::optional<test::ChildWorker> again;
-  {
-    Incarnation second(2);
-    again.emplace(2, 3, port);
-  }
+  auto again = second_life_of_worker2(port);
   // RJ3: its pending call fails, naming the cause, once the new life checks in.
   auto why = error_of([&] { hanging.wait(milliseconds(30000)); });
   CHECK_MESSAGE(contains(why, "worker2"), why);
