@@ -34,11 +34,14 @@ int main(int argc, char** argv) {
     // Before it joins: rank 0 is still waiting for it, so the launcher's
     // verdict is this failure (L2), not rank 0's clean end (L1).
     const char* rank = std::getenv("RANK");
-    if (mode == "fail" && rank && std::string(rank) == "1") throw std::runtime_error("rank 1 fails on purpose");
-    castor::Worker w = castor::init_rpc_from_env();
+    bool rank_one = rank && std::string(rank) == "1";
+    if (mode == "fail" && rank_one) throw std::runtime_error("rank 1 fails on purpose");
+    // Armed before it joins: rank 0 may call as soon as the world forms,
+    // before init_rpc_from_env has returned here.
     const char* life = std::getenv("CASTOR_INCARNATION");
     bool first_life = (!restart || std::string(restart) == "0") && (!life || std::string(life) == "1");
-    die_in_call = mode == "die-once" && w.rank() == 1 && first_life;
+    die_in_call = mode == "die-once" && rank_one && first_life;
+    castor::Worker w = castor::init_rpc_from_env();
     const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
     bool comes_back = max_restarts && std::atoi(max_restarts) > 0;
     if (w.rank() == 0) {

@@ -111,7 +111,7 @@ TEST_CASE("a worker that goes silent without closing its sockets is found dead w
 
   // Stopped, its sockets stay open and say nothing (a host cut off).
   auto waiting = w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000));
-  REQUIRE(::kill(child.pid(), SIGSTOP) == 0);
+  REQUIRE_MESSAGE(child.freeze(), "worker1 did not stop");
   auto stopped_at = std::chrono::steady_clock::now();
   auto call_error = error_of<UnreachableError>([&] { waiting.wait(milliseconds(30000)); });
   auto found_after = std::chrono::steady_clock::now() - stopped_at;

@@ -137,7 +137,7 @@ TEST_CASE("a new life replaces an old one the survivors still think alive (a fro
   w0.on_worker_failure([&](const WorkerFailure& f) { heard.add(f); });
   auto old_pid = w0.rpc_sync<int64_t>("worker2", "pid_of");
   // Frozen: its sockets stay open, so nobody sees it die.
-  ::kill(pid_t(c2.pid()), SIGSTOP);
+  REQUIRE_MESSAGE(c2.freeze(), "worker2 did not stop");
   // It will read this only when it wakes, in its dead life, and then call us.
   auto hanging = w0.rpc_async<int64_t>("worker2", "call_back", std::string("worker0"), int64_t(5));
   auto again = second_life_of_worker2(port);

@@ -307,7 +307,7 @@ run() {
 expect() {
   local what=$1 line missing=()
   for line in "0: launched: worker1 of 3 greets rank 0" "0: launched: worker2 of 3 greets rank 0" \
-    "0: launched: done after 0 restart(s)"; do
+    "0: launched: done after 0 restart(s) and 0 rejoin(s)"; do
     grep -qxF "$line" <<<"$out" || missing+=("$line")
   done
   if [ "$rc" -ne 0 ] || [ ${#missing[@]} -ne 0 ]; then

@@ -14,6 +14,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <stdexcept>
 #include <thread>
@@ -258,6 +260,37 @@ bool await_dialers(uint16_t port, size_t n, std::chrono::milliseconds limit) {
   for (int c : open) ::close(c);
   ::close(listener);
   return all;
+}
+
+namespace {
+
+// The state letter of /proc/<pid>/task/<tid>/stat: after the command's
+// closing parenthesis (the command may hold spaces and parentheses).
+char thread_state(const std::string& stat_path) {
+  std::ifstream in(stat_path);
+  std::string line;
+  std::getline(in, line);
+  auto close = line.rfind(')');
+  return close == std::string::npos || close + 2 >= line.size() ? '?' : line[close + 2];
+}
+
+bool all_threads_stopped(int pid) {
+  std::error_code ec;
+  auto tasks = std::filesystem::path("/proc") / std::to_string(pid) / "task";
+  bool any = false;
+  for (const auto& t : std::filesystem::directory_iterator(tasks, ec)) {
+    auto state = thread_state((t.path() / "stat").string());
+    if (state != 'T' && state != 't') return false;
+    any = true;
+  }
+  return any && !ec;
+}
+
+}  // namespace
+
+bool ChildWorker::freeze(std::chrono::milliseconds limit) {
+  if (::kill(pid_, SIGSTOP) != 0) return false;
+  return eventually([&] { return all_threads_stopped(pid_); }, limit);
 }
 
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit) {

@@ -65,6 +65,10 @@ class ChildWorker {
   ChildWorker(int rank, int world_size, uint16_t master_port, std::vector<std::string> extra_args = {});
   ~ChildWorker();
   void kill();             // SIGKILL, at once
+  /// SIGSTOP, and waits (bounded) until every thread of it has stopped:
+  /// kill() returns before they do, and on a loaded machine its other
+  /// threads can go on serving for milliseconds. True once all are stopped.
+  bool freeze(std::chrono::milliseconds limit = std::chrono::milliseconds(10000));
   int wait_exit(std::chrono::milliseconds limit);  // exit code, or -1 on timeout
   int pid() const { return pid_; }
 
