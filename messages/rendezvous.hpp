@@ -14,7 +14,7 @@
 namespace castor {
 
 /// Bumped whenever a message's wire format changes; joiners must agree.
-inline constexpr uint32_t kWireProtocolVersion = 5;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid; 5: incarnation, alive
+inline constexpr uint32_t kWireProtocolVersion = 6;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid; 5: incarnation, alive; 6: the bulk greeting says its life
 
 struct WorkerRecord {
   std::string name;

@@ -1,5 +1,6 @@
 #include "actors/cluster/failure_handlers.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -64,6 +65,14 @@ void FailureHandlers::on_death(const WorkerFailure& failure, const CallbackRunne
       }
   }
   for (const auto& h : covering) dispatch(h, failure, run);
+}
+
+void FailureHandlers::on_rejoin(WorkerId rank) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  deaths_.erase(std::remove_if(deaths_.begin(), deaths_.end(),
+                               [&](const WorkerFailure& d) { return WorkerId(d.worker.id) == rank; }),
+                deaths_.end());
+  in_charge_.erase(rank);
 }
 
 bool FailureHandlers::taken_in_charge(WorkerId rank) const {

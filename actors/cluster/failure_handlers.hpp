@@ -22,6 +22,10 @@
 //      that close their connections then are the job's normal end (rank 0
 //      once it told everyone to leave, any other rank once in shutdown,
 //      where rank 0 decides).
+//  F5. A rejoin undoes a death (Note [Rejoin]): a handler registered after
+//      the worker's new life came back is not told of its old life's death,
+//      and the rank is no longer taken in charge, so that a death of the new
+//      life counts only if a handler is there to hear of it.
 #pragma once
 
 #include <map>
@@ -46,6 +50,8 @@ class FailureHandlers {
   bool remove(FailureHandlerId id);
   /// Called once per death, by liveness, before graceful shutdown hears of it.
   void on_death(const WorkerFailure& failure, const CallbackRunner& run);
+  /// F5: `rank` lives again, in a new life.
+  void on_rejoin(WorkerId rank);
   /// F3: a worker-wide handler was dispatched for this death.
   bool taken_in_charge(WorkerId rank) const;
   size_t size() const;

@@ -62,6 +62,14 @@ namespace castor::detail {
 //      life's init_rpc throws a RejoinError; castor's worker runner exits
 //      with kExitRestartJob, and the launcher starts the whole job again
 //      (Note [Restart policy], R6).
+//  RJ9 Two lives may rejoin at once (two trainers killed together). One
+//      still in rejoin_world, asked by the other, takes it back there and
+//      then, not "still joining" (that would leave them dead to each other
+//      for good): its handle into the worker actor's peers, its record into
+//      the world being built. rejoin_world's final world then keeps, for
+//      each rank, the later life: what its own check-in found or what such
+//      a request brought. A first life (a world still forming) refuses, as
+//      RJ8 says.
 // Not covered: CAF 0.17 names a node by (process id, host hash). A new life
 // whose pid repeats its old life's on the same host (a container restarted
 // whole) while a survivor still has a route to the old one is refused by
@@ -70,6 +78,43 @@ namespace castor::detail {
 namespace {
 
 JoinReply refuse(const std::string& why) { return JoinReply{false, false, why, {}, false, false}; }
+
+// Puts `handle` in rank's slot of the worker actor's peers, in place of
+// whatever life held it.
+void take_slot(worker_pointer self, WorkerId rank, const worker_peer& handle) {
+  auto& st = self->state;
+  auto& slot = st.peers[size_t(rank)];
+  if (slot) {
+    st.rank_by_addr.erase(slot->handle.address());
+    self->demonitor(slot->handle.address());
+    slot.reset();
+  }
+  add_peer_impl(self, rank, handle);  // monitored from here
+}
+
+// RJ9: we are rejoining too, and our world is not built yet.
+JoinReply accept_early_rejoin(worker_pointer self, const JoinRequest& req, const std::string& label,
+                              const std::string& here) {
+  auto& st = self->state;
+  auto* rt = st.rt;
+  const auto& who = req.self;
+  if (who.rank <= 0 || who.rank >= rt->opts.world_size || who.rank == rt->rank())
+    return refuse(label + " cannot rejoin: " + here + " has no such peer rank");
+  if (!st.own_join_request) st.own_join_request = make_join_request(*rt);
+  if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return refuse(why);
+  auto handle = caf::actor_cast<worker_peer>(req.actor);
+  if (!handle) return refuse(label + " cannot rejoin: its request names no worker actor");
+  const auto& known = rt->world().member(who.rank);
+  if (known.handle && known.incarnation >= who.incarnation)  // already ours (our check-in reached it)
+    return JoinReply{true, false, {}, {rt->world().member(rt->rank()).record()}};
+  take_slot(self, who.rank, handle);
+  auto member = Member::from(who);
+  member.handle = handle;
+  rt->membership.update([&](const World& w) { return w.with_rejoin(std::move(member)); });
+  std::fprintf(stderr, "castor[%s]: %s rejoined (incarnation %u) while we rejoin\n", rt->name().c_str(),
+               who.name.c_str(), unsigned(who.incarnation));
+  return JoinReply{true, false, {}, {rt->world().member(rt->rank()).record()}};
+}
 
 }  // namespace
 
@@ -81,6 +126,7 @@ JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req) {
                std::to_string(who.incarnation) + ")";
   auto here = "worker '" + rt->name() + "'";
   auto run_state = rt->state.load();
+  if (run_state == RunState::starting && rt->opts.incarnation > 1) return accept_early_rejoin(self, req, label, here);
   if (run_state == RunState::starting) {  // RJ8
     auto reply = refuse(label + " cannot rejoin through " + here + ", which is still joining");
     reply.joining = true;
@@ -110,14 +156,9 @@ JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req) {
   if (!handle) return refuse(label + " cannot rejoin: its request names no worker actor");
   // RJ3: the old life is dead before the new one exists.
   if (known.alive) declare_dead_impl(self, who.rank, "replaced by its incarnation " + std::to_string(who.incarnation));
-  auto& slot = st.peers[size_t(who.rank)];
-  if (slot) {
-    st.rank_by_addr.erase(slot->handle.address());
-    self->demonitor(slot->handle.address());
-    slot.reset();
-  }
   st.shutdown.entered.erase(who.rank);
-  add_peer_impl(self, who.rank, handle);  // monitored from here
+  rt->failures.on_rejoin(who.rank);  // F5 of Note [Failure handlers]
+  take_slot(self, who.rank, handle);
   auto member = Member::from(who);
   member.handle = handle;
   rt->membership.update([&](const World& w) { return w.with_rejoin(std::move(member)); });  // RJ4
@@ -210,15 +251,27 @@ void rejoin_world(Runtime& rt, std::chrono::steady_clock::time_point deadline) {
     }
   }
   rt.membership.update([&](const World& w) {
-    // A peer that our worker actor found dead meanwhile (the same life)
-    // stays dead.
-    for (auto& m : members)
-      if (w.has(m.rank) && m.rank != rt.rank() && !w.member(m.rank).alive &&
-          w.member(m.rank).incarnation == m.incarnation && w.member(m.rank).died_at != std::chrono::system_clock::time_point{}) {
+    for (auto& m : members) {
+      if (!w.has(m.rank) || m.rank == rt.rank()) continue;
+      const auto& now = w.member(m.rank);
+      // RJ9: a later life that checked in with us meanwhile (or one our
+      // check-in did not reach) is the one we keep.
+      if (now.handle && now.incarnation > m.incarnation) {
+        m = now;
+        continue;
+      }
+      if (now.handle && now.incarnation == m.incarnation && !m.handle && now.alive) {
+        m = now;
+        continue;
+      }
+      // A peer that our worker actor found dead meanwhile (the same life)
+      // stays dead.
+      if (!now.alive && now.incarnation == m.incarnation && now.died_at != std::chrono::system_clock::time_point{}) {
         m.alive = false;
-        m.died_at = w.member(m.rank).died_at;
+        m.died_at = now.died_at;
         m.handle = nullptr;
       }
+    }
     return World(rt.rank(), w.epoch() + 1, std::move(members));
   });
   declare_running(rt);

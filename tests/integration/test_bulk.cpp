@@ -266,6 +266,7 @@ TEST_CASE("a call on a bulk link must name the link's own rank as its caller: a 
   bulk::put(hello, uint32_t(castor::kWireProtocolVersion));
   bulk::put(hello, int32_t(0));   // pid: none
   bulk::put(hello, uint32_t(0));  // host identity: none
+  bulk::put(hello, uint32_t(1));  // life 1 of worker0, as the world knows it
   send_bytes(hello);
   char answer = 0;
   REQUIRE(::recv(d.fd, &answer, 1, 0) == 1);

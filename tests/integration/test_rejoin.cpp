@@ -52,11 +52,14 @@ struct Heard {
   }
 };
 
-// worker2 of a 3-worker world on `port`, started again in its life 2.
-std::unique_ptr<test::ChildWorker> second_life_of_worker2(uint16_t port) {
+// Worker `rank` of a `world_size`-worker world on `port`, started again in
+// its life 2.
+std::unique_ptr<test::ChildWorker> second_life(int rank, int world_size, uint16_t port) {
   Incarnation second(2);
-  return std::make_unique<test::ChildWorker>(2, 3, port);
+  return std::make_unique<test::ChildWorker>(rank, world_size, port);
 }
+
+std::unique_ptr<test::ChildWorker> second_life_of_worker2(uint16_t port) { return second_life(2, 3, port); }
 
 uint64_t bulk_sent(Worker& w) { return castor::testing::runtime(w).stats.bulk_sent.load(); }
 
@@ -207,4 +210,46 @@ TEST_CASE("a rejoin is refused with a clear error: a life the survivors know alr
     other.join();
   }
   CHECK(c1.wait_exit(milliseconds(20000)) == 0);
+}
+
+TEST_CASE("two workers rejoining at once take each other back, and a late handler hears only deaths not undone") {
+  auto port = test::free_port();
+  test::ChildWorker c1(1, 4, port);
+  test::ChildWorker c2(2, 4, port);
+  test::ChildWorker c3(3, 4, port);
+  auto w0 = init_rpc(test::local_options(0, 4, port));
+  Heard heard;
+  w0.on_worker_failure([&](const WorkerFailure& f) { heard.add(f); });
+  // worker3 frozen: a rejoiner's check-in with it waits out its 10 s bound,
+  // so worker2's new life is still rejoining when worker1's checks in with it.
+  REQUIRE_MESSAGE(c3.freeze(), "worker3 did not stop");
+  c1.kill();
+  c2.kill();
+  CHECK(c1.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+  CHECK(c2.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+  REQUIRE(eventually([&] { return !w0.is_alive("worker1") && !w0.is_alive("worker2"); }));
+  auto b = second_life(2, 4, port);
+  REQUIRE_MESSAGE(eventually([&] { return w0.is_alive("worker2"); }, milliseconds(30000)),
+                  "worker2's second life did not check in with rank 0 within 30 s");
+  auto a = second_life(1, 4, port);
+  REQUIRE_MESSAGE(eventually([&] { return w0.is_alive("worker1"); }, milliseconds(30000)),
+                  "worker1's second life did not check in with rank 0 within 30 s");
+  // RJ9: each new life knows the other, both ways (a call to one still
+  // rejoining waits for it to run).
+  CHECK(w0.rpc_sync<int64_t>("worker1", "call_back", std::string("worker2"), int64_t(5), castor::Timeout{milliseconds(40000)}) == 12);
+  CHECK(w0.rpc_sync<int64_t>("worker2", "call_back", std::string("worker1"), int64_t(5), castor::Timeout{milliseconds(40000)}) == 12);
+  // F5 of Note [Failure handlers]: the two old lives' deaths were undone by
+  // their rejoins; a handler registered now hears worker3's death alone.
+  Heard late;
+  w0.on_worker_failure([&](const WorkerFailure& f) { late.add(f); });
+  c3.kill();
+  CHECK(c3.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+  REQUIRE(eventually([&] { return !late.all().empty(); }));
+  std::this_thread::sleep_for(milliseconds(300));  // a replay would be dispatched at registration, long before
+  auto told = late.all();
+  CHECK(told.size() == 1);
+  CHECK_MESSAGE(contains(told[0], "worker worker3 (rank 3) died"), told[0]);
+  test::bounded(milliseconds(60000), "the shutdown after two rejoins at once", [&] { w0.shutdown(); });
+  CHECK(a->wait_exit(milliseconds(20000)) == 0);
+  CHECK(b->wait_exit(milliseconds(20000)) == 0);
 }

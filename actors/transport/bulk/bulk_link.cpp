@@ -144,6 +144,7 @@ bool BulkPath::open(Link& link) {
     put(hello, int32_t(::getpid()));
     put(hello, uint32_t(host_identity().size()));
     hello.insert(hello.end(), host_identity().begin(), host_identity().end());
+    put(hello, uint32_t(rt_.opts.incarnation));  // B3: which life of our rank sends
     // The receiver answers once its own init is done (at most kGreetingLimit);
     // a link cut now must not hold this thread (and the link) for longer.
     timeval limit{kGreetingLimitSeconds, 0}, none{0, 0};

@@ -37,8 +37,12 @@ namespace castor::detail {
 //  B3. One TCP connection per ordered pair, opened by the sender on first
 //      use through the receiver's door (Note [The door]: the greeting with
 //      the cluster secret comes first); then its first bytes say which rank
-//      it comes from, checked against the world. A link keeps its messages in order; no protocol assumes
-//      order between the bulk link and CAF's link (see Note [RRef protocol]).
+//      it comes from and in which life (Note [Rejoin]), checked against the
+//      world: a link from a dead life of the rank (a frozen host that woke
+//      up) is refused and counted (RJ6), and its sender falls back to CAF,
+//      where the worker actor refuses it too. A link keeps its messages in
+//      order; no protocol assumes order between the bulk link and CAF's
+//      link (see Note [RRef protocol]).
 //  B4. A link that cannot be opened sends nothing: the message goes through
 //      CAF as before (chunked above max_message_bytes), so the bulk path
 //      never makes a message undeliverable. A link that breaks while sending

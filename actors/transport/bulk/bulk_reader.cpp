@@ -47,7 +47,8 @@ void BulkPath::read_loop(Stream& stream) {
   if (magic != kMagic) return drop("not a castor bulk link");
   if (!stream.read_all(&pid, 4) || !stream.read_all(&id_len, 4) || id_len > 4096) return drop("no greeting");
   std::string identity(id_len, '\0');
-  if (!stream.read_all(identity.data(), id_len)) return drop("no greeting");
+  uint32_t sender_life = 0;
+  if (!stream.read_all(identity.data(), id_len) || !stream.read_all(&sender_life, 4)) return drop("no greeting");
   bool same_host = rt_.opts.bulk_same_host && !identity.empty() && identity == host_identity() && pid > 0 &&
                    pid != ::getpid();
   // The world is known once init is done; a peer may connect a moment
@@ -71,6 +72,11 @@ void BulkPath::read_loop(Stream& stream) {
   same_host = same_host && pid == world.member(from).pid;
   // Note [Rejoin] RJ5: this link belongs to the peer's current life only.
   const uint32_t incarnation = world.member(from).incarnation;
+  if (sender_life != incarnation) {  // B3, RJ6: a dead life (or one we have not taken back yet)
+    if (sender_life < incarnation) rt_.stats.stale_refused.fetch_add(1);
+    return refuse("it is incarnation " + std::to_string(sender_life) + " of worker " + rt_.name_of(from) +
+                  "; this world knows incarnation " + std::to_string(incarnation));
+  }
   if (version != kWireProtocolVersion)
     return refuse("wire protocol " + std::to_string(version) + ", expected " + std::to_string(kWireProtocolVersion));
   char answer = same_host ? kSameHost : kOtherHost;
