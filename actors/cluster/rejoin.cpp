@@ -98,7 +98,11 @@ JoinReply accept_early_rejoin(worker_pointer self, const JoinRequest& req, const
   auto& st = self->state;
   auto* rt = st.rt;
   const auto& who = req.self;
-  if (who.rank <= 0 || who.rank >= rt->opts.world_size || who.rank == rt->rank())
+  // A request can come between our listening and our first world (a fixed
+  // port that the rejoiner knew from our old life).
+  if (rt->world().size() == 0)
+    return refuse(label + " cannot rejoin through " + here + ", which is still starting");
+  if (who.rank <= 0 || !rt->world().has(who.rank) || who.rank == rt->rank())
     return refuse(label + " cannot rejoin: " + here + " has no such peer rank");
   if (!st.own_join_request) st.own_join_request = make_join_request(*rt);
   if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return refuse(why);
