@@ -92,11 +92,31 @@ void take_slot(worker_pointer self, WorkerId rank, const worker_peer& handle) {
   add_peer_impl(self, rank, handle);  // monitored from here
 }
 
+// Why the request cannot be taken whatever our world says of its rank (a
+// build that does not match ours, no worker actor to call); empty if none.
+std::string unusable_request(worker_pointer self, const JoinRequest& req, const std::string& label,
+                             const std::string& here) {
+  auto& st = self->state;
+  if (!st.own_join_request) st.own_join_request = make_join_request(*st.rt);
+  if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return why;
+  if (!req.actor) return label + " cannot rejoin: its request names no worker actor";
+  return {};
+}
+
+// RJ4: the new life takes its rank's slot and is published alive with its
+// handle.
+void install_life(worker_pointer self, const JoinRequest& req) {
+  auto handle = caf::actor_cast<worker_peer>(req.actor);
+  take_slot(self, req.self.rank, handle);
+  auto member = Member::from(req.self);
+  member.handle = handle;
+  self->state.rt->membership.update([&](const World& w) { return w.with_rejoin(std::move(member)); });
+}
+
 // RJ9: we are rejoining too, and our world is not built yet.
 JoinReply accept_early_rejoin(worker_pointer self, const JoinRequest& req, const std::string& label,
                               const std::string& here) {
-  auto& st = self->state;
-  auto* rt = st.rt;
+  auto* rt = self->state.rt;
   const auto& who = req.self;
   // A request can come between our listening and our first world (a fixed
   // port that the rejoiner knew from our old life).
@@ -104,17 +124,11 @@ JoinReply accept_early_rejoin(worker_pointer self, const JoinRequest& req, const
     return refuse(label + " cannot rejoin through " + here + ", which is still starting");
   if (who.rank <= 0 || !rt->world().has(who.rank) || who.rank == rt->rank())
     return refuse(label + " cannot rejoin: " + here + " has no such peer rank");
-  if (!st.own_join_request) st.own_join_request = make_join_request(*rt);
-  if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return refuse(why);
-  auto handle = caf::actor_cast<worker_peer>(req.actor);
-  if (!handle) return refuse(label + " cannot rejoin: its request names no worker actor");
+  if (auto why = unusable_request(self, req, label, here); !why.empty()) return refuse(why);
   const auto& known = rt->world().member(who.rank);
   if (known.handle && known.incarnation >= who.incarnation)  // already ours (our check-in reached it)
     return JoinReply{true, false, {}, {rt->world().member(rt->rank()).record()}};
-  take_slot(self, who.rank, handle);
-  auto member = Member::from(who);
-  member.handle = handle;
-  rt->membership.update([&](const World& w) { return w.with_rejoin(std::move(member)); });
+  install_life(self, req);
   std::fprintf(stderr, "castor[%s]: %s rejoined (incarnation %u) while we rejoin\n", rt->name().c_str(),
                who.name.c_str(), unsigned(who.incarnation));
   return JoinReply{true, false, {}, {rt->world().member(rt->rank()).record()}};
@@ -154,18 +168,12 @@ JoinReply accept_rejoin_impl(worker_pointer self, const JoinRequest& req) {
   if (who.incarnation <= known.incarnation)  // RJ3: a stale or repeated life
     return refuse(label + " cannot rejoin: " + here + " knows incarnation " + std::to_string(known.incarnation) +
                   " of it; a rejoin needs a higher one");
-  if (!st.own_join_request) st.own_join_request = make_join_request(*rt);
-  if (auto why = incompatibility(*st.own_join_request, req, here); !why.empty()) return refuse(why);
-  auto handle = caf::actor_cast<worker_peer>(req.actor);
-  if (!handle) return refuse(label + " cannot rejoin: its request names no worker actor");
+  if (auto why = unusable_request(self, req, label, here); !why.empty()) return refuse(why);
   // RJ3: the old life is dead before the new one exists.
   if (known.alive) declare_dead_impl(self, who.rank, "replaced by its incarnation " + std::to_string(who.incarnation));
   st.shutdown.entered.erase(who.rank);
   rt->failures.on_rejoin(who.rank);  // F5 of Note [Failure handlers]
-  take_slot(self, who.rank, handle);
-  auto member = Member::from(who);
-  member.handle = handle;
-  rt->membership.update([&](const World& w) { return w.with_rejoin(std::move(member)); });  // RJ4
+  install_life(self, req);  // RJ4
   if (rt->rrefs) rt->rrefs->on_peer_rejoined(who.rank, who.incarnation);  // RJ5: after its on_peer_down
   std::fprintf(stderr, "castor[%s]: %s rejoined (incarnation %u)\n", rt->name().c_str(), who.name.c_str(),
                unsigned(who.incarnation));
