@@ -17,19 +17,39 @@
 
 namespace castor {
 
+struct RestartRecipe;
+
 /// What a fork of an RRef carries on the wire (see Note [RRef protocol] in
 /// rref/rref_context.hpp): who owns the value, which value, which fork, who
-/// made the fork (the parent), and the C++ type of the value.
+/// made the fork (the parent), and the C++ type of the value. An RRef made
+/// with castor::Restart also carries how to make its value again, and which
+/// life of the owner holds it (Note [Restartable values], rref/restart.hpp).
 struct RRefForkData {
+  RRefForkData() = default;
+  RRefForkData(WorkerId owner_, RRefId rref, ForkId fork, WorkerId parent_, std::string type,
+               uint32_t owner_life = 0, uint32_t restarts_ = 0, std::shared_ptr<const RestartRecipe> recipe_ = nullptr)
+      : owner(owner_),
+        rref_id(rref),
+        fork_id(fork),
+        parent(parent_),
+        type_name(std::move(type)),
+        owner_incarnation(owner_life),
+        restarts(restarts_),
+        recipe(std::move(recipe_)) {}
+
   WorkerId owner = -1;
   RRefId rref_id;
   ForkId fork_id;
   WorkerId parent = -1;
   std::string type_name;
+  uint32_t owner_incarnation = 0;  // the owner's life that holds the value (0: not said)
+  uint32_t restarts = 0;           // re-creations so far; a request with restarts > 0 re-creates (RS2)
+  std::shared_ptr<const RestartRecipe> recipe;  // castor::Restart: how to make the value again
 
   friend bool operator==(const RRefForkData& a, const RRefForkData& b) {
     return a.owner == b.owner && a.rref_id == b.rref_id && a.fork_id == b.fork_id &&
-           a.parent == b.parent && a.type_name == b.type_name;
+           a.parent == b.parent && a.type_name == b.type_name && a.owner_incarnation == b.owner_incarnation &&
+           a.restarts == b.restarts && (a.recipe == nullptr) == (b.recipe == nullptr);
   }
 };
 
@@ -147,6 +167,15 @@ class Value {
   std::variant<std::monostate, bool, int64_t, double, std::string, at::Tensor, ListBox,
                RRefValue, ExternalTensor>
       data_;
+};
+
+/// castor::Restart: what remote() ran to make a value, kept by every holder
+/// of the RRef so that the owner's next life can run it again (Note
+/// [Restartable values] in rref/restart.hpp). The arguments hold no RRef.
+struct RestartRecipe {
+  std::string function;     // the registered function or class remote() named
+  std::vector<Value> args;  // its arguments, as they were sent
+  uint32_t max_restarts = 0;
 };
 
 // -- wire format (messages/value_wire.cpp) --------------------------------------

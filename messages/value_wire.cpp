@@ -50,6 +50,9 @@ namespace {
 // stack of the thread that decodes it.
 constexpr int kMaxNesting = 64;
 
+caf::error read_value(caf::deserializer& f, Value& x, int depth);
+caf::error read_fork(caf::deserializer& f, RRefForkData& x, int depth);
+
 caf::error write_value(caf::serializer& f, Value& x) {
   if (x.is_external()) {
     // A tensor whose bytes travel in chunks: same tag, the external flag set.
@@ -138,7 +141,7 @@ caf::error read_value(caf::deserializer& f, Value& x, int depth) {
     }
     case Value::Kind::RRef: {
       RRefForkData r;
-      if (auto err = inspect(f, r)) return err;
+      if (auto err = read_fork(f, r, depth + 1)) return err;
       x = Value(std::move(r));
       return caf::none;
     }
@@ -146,16 +149,50 @@ caf::error read_value(caf::deserializer& f, Value& x, int depth) {
   }
 }
 
+// A fork's recipe (castor::Restart) follows its fields behind a flag byte.
+caf::error write_fork(caf::serializer& f, RRefForkData& x) {
+  uint8_t has_recipe = x.recipe ? 1 : 0;
+  if (auto err = f(x.owner, x.rref_id, x.fork_id, x.parent, wire::checked(x.type_name), x.owner_incarnation,
+                   x.restarts, has_recipe))
+    return err;
+  if (!x.recipe) return caf::none;
+  auto function = x.recipe->function;
+  auto max = x.recipe->max_restarts;
+  auto n = x.recipe->args.size();
+  if (auto err = f(wire::checked(function), max)) return err;
+  if (auto err = f.begin_sequence(n)) return err;
+  for (auto arg : x.recipe->args)  // a copy: write_value takes a mutable value
+    if (auto err = write_value(f, arg)) return err;
+  return f.end_sequence();
+}
+
+caf::error read_fork(caf::deserializer& f, RRefForkData& x, int depth) {
+  uint8_t has_recipe = 0;
+  if (auto err = f(x.owner, x.rref_id, x.fork_id, x.parent, wire::checked(x.type_name), x.owner_incarnation,
+                   x.restarts, has_recipe))
+    return err;
+  if (has_recipe > 1) return wire::refuse("a recipe flag of " + std::to_string(has_recipe));
+  if (has_recipe == 0) return caf::none;
+  auto recipe = std::make_shared<RestartRecipe>();
+  size_t n = 0;
+  if (auto err = f(wire::checked(recipe->function), recipe->max_restarts)) return err;
+  if (auto err = wire::read_length(f, n)) return err;
+  recipe->args.resize(n);
+  for (auto& arg : recipe->args) {
+    if (auto err = read_value(f, arg, depth + 1)) return err;
+    if (arg.contains_rref()) return wire::refuse("a restart recipe with an RRef among its arguments");
+  }
+  if (auto err = f.end_sequence()) return err;
+  x.recipe = std::move(recipe);
+  return caf::none;
+}
+
 }  // namespace
 
 caf::error inspect(caf::serializer& f, Value& x) { return write_value(f, x); }
 caf::error inspect(caf::deserializer& f, Value& x) { return read_value(f, x, 0); }
 
-caf::error inspect(caf::serializer& f, RRefForkData& x) {
-  return f(x.owner, x.rref_id, x.fork_id, x.parent, wire::checked(x.type_name));
-}
-caf::error inspect(caf::deserializer& f, RRefForkData& x) {
-  return f(x.owner, x.rref_id, x.fork_id, x.parent, wire::checked(x.type_name));
-}
+caf::error inspect(caf::serializer& f, RRefForkData& x) { return write_fork(f, x); }
+caf::error inspect(caf::deserializer& f, RRefForkData& x) { return read_fork(f, x, 0); }
 
 }  // namespace castor

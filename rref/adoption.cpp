@@ -7,6 +7,22 @@
 #include "rref/rref_runtime.hpp"
 
 namespace castor::detail {
+namespace {
+
+// RS4 of Note [Restartable values]: a restartable fork made by an owner's
+// life that died and came back since re-registers with the new life (the
+// old life's count of it, or its pending child at the parent, died with it).
+bool re_register_stale(context_pointer self, const RRefStatePtr& state, const RRefForkData& d) {
+  if (!state->restart) return false;
+  const auto& world = self->state.rt->world();
+  if (!world.has(d.owner) || !world.alive(d.owner)) return false;
+  auto life = world.member(d.owner).incarnation;
+  if (state->owner_incarnation.load() >= life) return false;
+  re_register(self, state, life, d.parent);
+  return true;
+}
+
+}  // namespace
 
 void adopt_value(context_pointer self, Value& v, PreparedCallId waiting) {
   auto& st = self->state;
@@ -28,14 +44,16 @@ void adopt_value(context_pointer self, Value& v, PreparedCallId waiting) {
         return;
       }
       case Arrival::from_owner: {
-        auto state = st.rr->new_user_state(d.rref_id, d.owner, d.fork_id, d.type_name);
+        auto state = st.rr->new_user_state(d.rref_id, d.owner, d.fork_id, d.type_name, &d);
+        rv.handle = state;
+        if (re_register_stale(self, state, d)) return;
         st.forks->arrived_from_owner(*state);
-        rv.handle = std::move(state);
         return;
       }
       case Arrival::from_user: {
-        auto state = st.rr->new_user_state(d.rref_id, d.owner, d.fork_id, d.type_name);
+        auto state = st.rr->new_user_state(d.rref_id, d.owner, d.fork_id, d.type_name, &d);
         rv.handle = state;
+        if (re_register_stale(self, state, d)) return;
         if (waiting) st.prepared.wait(waiting);
         auto arrived = st.forks->arrived_from_user(state, d.parent, waiting);
         if (arrived.fork_request) send_control(self, *arrived.fork_request);

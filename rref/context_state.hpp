@@ -61,7 +61,10 @@ void send_control(context_pointer self, const ControlToSend& c);
 
 /// The owner of `id` here; made if missing and `make` (with `holder` as its
 /// value slot, or an empty one), unless it ended. Nothing otherwise.
-OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder = nullptr);
+/// `remade`: RS2 of Note [Restartable values], the value of an earlier life
+/// made again here, whose creator's life or death says nothing about it.
+OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder = nullptr,
+                      bool remade = false);
 
 /// Hands `e` to the owner of `e.rref` (made if the event may make it).
 /// Returns that owner, or nothing if there is none (it ended).
@@ -76,5 +79,18 @@ ErrorInfo gone_error(context_pointer self, RRefId id);
 /// sharing cases of Note [RRef protocol]); a fork still to be confirmed by
 /// its owner holds back the prepared call `waiting`, if any.
 void adopt_value(context_pointer self, Value& v, PreparedCallId waiting);
+
+// -- reregistration.cpp (Note [Restartable values]) -----------------------------------
+
+/// RS1: worker `rank` rejoined as `incarnation`: every restartable RRef
+/// held here whose owner it is re-registers its fork with the new life.
+void re_register_all(context_pointer self, WorkerId rank, uint32_t incarnation);
+/// RS1, RS4: one holder's re-registration; `parent` (or -1) gets the
+/// child_accept once it is answered.
+void re_register(context_pointer self, const RRefStatePtr& s, uint32_t incarnation, WorkerId parent);
+/// RS1: the answer.
+void on_re_registered(context_pointer self, ReRegistered&& r);
+/// RS2, RS6: a re-registration arrived here, the owner's new life.
+void remake(context_pointer self, CallRequest&& req, Completion reply);
 
 }  // namespace castor::detail

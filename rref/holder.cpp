@@ -66,4 +66,15 @@ std::optional<ErrorInfo> Holder::error() const {
   return error_;
 }
 
+void Holder::set_recipe(std::shared_ptr<const RestartRecipe> recipe, uint32_t restarts) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  recipe_ = std::move(recipe);
+  restarts_ = restarts;
+}
+
+std::pair<std::shared_ptr<const RestartRecipe>, uint32_t> Holder::recipe() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return {recipe_, restarts_};
+}
+
 }  // namespace castor::detail

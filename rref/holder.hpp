@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "actors/api/errors.hpp"
@@ -28,6 +29,11 @@ class Holder {
   /// Runs `f` once set (at once, on this thread, if already set).
   void on_set(std::function<void()> f);
 
+  /// Note [Restartable values]: the recipe of a value made with
+  /// castor::Restart, and its re-creations so far (set before the value).
+  void set_recipe(std::shared_ptr<const RestartRecipe> recipe, uint32_t restarts);
+  std::pair<std::shared_ptr<const RestartRecipe>, uint32_t> recipe() const;
+
   // After is_set():
   std::optional<ErrorInfo> error() const;
   const Value& value() const { return value_; }
@@ -47,6 +53,8 @@ class Holder {
   const ClassEntry* cls_ = nullptr;
   std::optional<ErrorInfo> error_;
   std::vector<std::function<void()>> waiters_;
+  std::shared_ptr<const RestartRecipe> recipe_;  // under mtx_
+  uint32_t restarts_ = 0;                        // under mtx_
 };
 
 }  // namespace castor::detail

@@ -25,6 +25,14 @@ std::vector<RRefStatePtr> LiveStates::take_all() {
   return out;
 }
 
+std::vector<RRefStatePtr> LiveStates::alive() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  std::vector<RRefStatePtr> out;
+  for (auto& w : states_)
+    if (auto s = w.lock()) out.push_back(std::move(s));
+  return out;
+}
+
 std::vector<PendingUserInfo> LiveStates::unconfirmed() const {
   auto now = std::chrono::steady_clock::now();
   std::vector<PendingUserInfo> out;

@@ -18,6 +18,9 @@ class LiveStates {
   void track(const RRefStatePtr& s);
   /// The states alive now, forgotten here (shutdown releases each once).
   std::vector<RRefStatePtr> take_all();
+  /// The states alive now, still tracked (a rejoin re-registers some,
+  /// Note [Restartable values]).
+  std::vector<RRefStatePtr> alive() const;
   /// The user states alive now that their owner has not confirmed.
   std::vector<PendingUserInfo> unconfirmed() const;
 

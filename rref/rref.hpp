@@ -61,6 +61,7 @@ class RRef {
   /// Runs method `m` of the object on its owner (one call at a time per object).
   template <class R, class... Args>
   Future<R> rpc_async(const std::string& m, Args&&... args) const {
+    static_assert(!detail::has_restart_v<Args...>, "castor::Restart is an option of Worker::remote() only");
     return call_packed<R>(m, detail::pack_args(std::forward<Args>(args)...));
   }
   template <class R, class... Args>
@@ -70,6 +71,7 @@ class RRef {
   /// Runs method `m` on the owner and keeps its result there, as a new RRef.
   template <class R, class... Args>
   RRef<R> remote(const std::string& m, Args&&... args) const {
+    static_assert(!detail::has_restart_v<Args...>, "castor::Restart is an option of Worker::remote() only");
     return remote_packed<R>(m, detail::pack_args(std::forward<Args>(args)...));
   }
 
@@ -77,6 +79,7 @@ class RRef {
   /// `ctr.rpc_sync(&Counter::add, 5)`; arguments checked at compile time.
   template <class M, class... Args, std::enable_if_t<std::is_member_function_pointer<M>::value, int> = 0>
   Future<detail::call_result_t<typename detail::function_traits<M>::result>> rpc_async(M m, Args&&... args) const {
+    static_assert(!detail::has_restart_v<Args...>, "castor::Restart is an option of Worker::remote() only");
     check_method<M>();
     return call_packed<detail::call_result_t<typename detail::function_traits<M>::result>>(
         method_name(m), detail::pack_typed<typename detail::function_traits<M>::args>(std::forward<Args>(args)...));
@@ -87,6 +90,7 @@ class RRef {
   }
   template <class M, class... Args, std::enable_if_t<std::is_member_function_pointer<M>::value, int> = 0>
   RRef<detail::call_result_t<typename detail::function_traits<M>::result>> remote(M m, Args&&... args) const {
+    static_assert(!detail::has_restart_v<Args...>, "castor::Restart is an option of Worker::remote() only");
     check_method<M>();
     return remote_packed<detail::call_result_t<typename detail::function_traits<M>::result>>(
         method_name(m), detail::pack_typed<typename detail::function_traits<M>::args>(std::forward<Args>(args)...));
@@ -169,8 +173,8 @@ struct is_rref_param<RRef<T>> : std::true_type {};
 template <class T, class... Args>
 RRef<T> Worker::remote(const WorkerRef& to, const std::string& fn, Args&&... args) const {
   auto packed = detail::pack_args(std::forward<Args>(args)...);
-  return RRef<T>(detail::start_remote(*this, detail::worker_name(*this, to), fn,
-                                      std::move(packed.values), packed.timeout, detail::type_name_of<T>()));
+  return RRef<T>(detail::start_remote(*this, detail::worker_name(*this, to), fn, std::move(packed.values),
+                                      packed.timeout, detail::type_name_of<T>(), packed.restart));
 }
 
 template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>::value, int>>
@@ -179,7 +183,7 @@ RRef<detail::handle_value_t<H>> Worker::remote(const WorkerRef& to, const H& fn,
   auto packed = detail::pack_typed<typename detail::is_callable_handle<H>::params>(std::forward<Args>(args)...);
   return RRef<V>(detail::start_remote(*this, detail::worker_name(*this, to),
                                       detail::handle_name(fn), std::move(packed.values), packed.timeout,
-                                      detail::type_name_of<V>()));
+                                      detail::type_name_of<V>(), packed.restart));
 }
 
 template <class T, class... Args, std::enable_if_t<detail::constructs_class<T, Args...>::value, int>>

@@ -42,25 +42,77 @@ ErrorInfo creation_failure(const RRefState& s, ErrorInfo e) {
   return e;
 }
 
-void check_usable(const RRefStatePtr& s) {
+// The error of a use of restartable `s` while its owner is dead (RS3).
+ErrorInfo restart_pending(const RRefState& s) {
+  auto next = s.restart->restarts() + 1;
+  auto max = s.restart->max_restarts();
+  auto what = next <= max ? "; the value will be made again when it rejoins (restart " + std::to_string(next) + " of " +
+                                std::to_string(max) + ")"
+                          : "; its " + std::to_string(max) + " restart(s) are spent";
+  return owner_failure(s, ErrorInfo{ErrorKind::Unreachable, s.owner_name,
+                                    "worker " + s.owner_name + " is unreachable" + what});
+}
+
+// Throws if `s` cannot be used. Returns the owner's life that the use must
+// wait for this worker to re-register with (RS1 of Note [Restartable
+// values]), or 0 to go on now.
+uint32_t check_usable(const RRefStatePtr& s) {
   if (s->released.load())
     throw ShutdownError(ErrorInfo{ErrorKind::Shutdown, s->owner_name,
                                   "RRef " + to_string(s->id) + " was released by this worker's shutdown"});
   if (auto failed = s->creation_error()) throw_rpc_error(creation_failure(*s, std::move(*failed)));
+  auto rt = s->rt.lock();
+  if (!rt || s->is_owner()) return 0;
+  const auto& world = rt->world();
+  if (!world.has(s->owner)) return 0;
+  if (s->restart)
+    if (auto failed = s->restart->failure()) throw_rpc_error(*failed);  // RS3
   // An owner already dead in this worker's world fails the use at once.
-  if (auto rt = s->rt.lock(); rt && !s->is_owner()) {
-    const auto& world = rt->world();
-    if (world.has(s->owner) && !world.alive(s->owner))
-      throw_rpc_error(owner_failure(*s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
-                                                  "worker " + s->owner_name + " is unreachable"}));
-    // RJ5 of Note [Rejoin]: the owner came back, but its value died with
-    // the life that held it.
-    if (world.has(s->owner) && world.member(s->owner).incarnation != s->owner_incarnation)
-      throw_rpc_error(owner_failure(
-          *s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
-                        "worker " + s->owner_name + " is unreachable: incarnation " +
-                            std::to_string(s->owner_incarnation) + " died, incarnation " +
-                            std::to_string(world.member(s->owner).incarnation) + " rejoined without its values"}));
+  if (!world.alive(s->owner)) {
+    if (s->restart) throw_rpc_error(restart_pending(*s));
+    throw_rpc_error(owner_failure(*s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
+                                                "worker " + s->owner_name + " is unreachable"}));
+  }
+  auto life = world.member(s->owner).incarnation;
+  if (life == s->owner_incarnation.load()) return 0;
+  if (s->restart) return life;  // RS1
+  // RJ5 of Note [Rejoin]: the owner came back, but its value died with the
+  // life that held it.
+  throw_rpc_error(owner_failure(
+      *s, ErrorInfo{ErrorKind::Unreachable, s->owner_name,
+                    "worker " + s->owner_name + " is unreachable: incarnation " +
+                        std::to_string(s->owner_incarnation.load()) + " died, incarnation " + std::to_string(life) +
+                        " rejoined without its values"}));
+}
+
+// RS1: blocks until this worker re-registered `s` with the owner's life
+// `life` (bounded by `limit`); throws what the re-registration failed with.
+void wait_until_settled(const RRefStatePtr& s, uint32_t life, std::chrono::milliseconds limit) {
+  auto settled = std::make_shared<std::promise<std::optional<ErrorInfo>>>();
+  auto outcome = settled->get_future();
+  s->restart->when_settled(life, [settled](std::optional<ErrorInfo> e) { settled->set_value(std::move(e)); });
+  if (outcome.wait_for(limit) != std::future_status::ready)
+    throw TimeoutError(ErrorInfo{ErrorKind::Timeout, s->owner_name,
+                                 "RRef " + to_string(s->id) + ": not re-registered with worker " + s->owner_name +
+                                     "'s incarnation " + std::to_string(life) + " within " +
+                                     std::to_string(limit.count()) + " ms"});
+  if (auto failed = outcome.get()) throw_rpc_error(*failed);
+}
+
+// RS1's request ended, but not with this worker's fork counted by life
+// `life`: that life died meanwhile.
+ErrorInfo not_re_registered(const RRefState& s, uint32_t life) {
+  return owner_failure(s, ErrorInfo{ErrorKind::Unreachable, s.owner_name,
+                                    "worker " + s.owner_name + " is unreachable: its incarnation " +
+                                        std::to_string(life) + " died before this worker re-registered with it"});
+}
+
+// check_usable, then the wait of RS1 if there is one.
+void check_usable_or_wait(const RRefStatePtr& s, std::chrono::milliseconds limit) {
+  if (auto life = check_usable(s)) {
+    wait_until_settled(s, life, limit);
+    if (s->owner_incarnation.load() < life) throw_rpc_error(not_re_registered(*s, life));
+    check_usable(s);  // the owner may have died again meanwhile (throws then)
   }
 }
 
@@ -77,13 +129,22 @@ std::string class_name_of(const std::type_info& type) {
 }
 
 RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::string& fn, std::vector<Value> args,
-                          std::optional<std::chrono::milliseconds> timeout, std::string type_name) {
+                          std::optional<std::chrono::milliseconds> timeout, std::string type_name,
+                          std::optional<Restart> restart) {
   auto& rt = detail::services(w);
   auto& rr = rref_runtime(rt);
   auto owner = rank_of(w, to);
   CallRequest req;
   req.function = fn;
   rr.convert_arguments(req, args);
+  std::shared_ptr<RestartRecipe> recipe;
+  if (restart) {
+    // Note [Restartable values]: what the owner's next life will run again.
+    if (auto why = unusable_recipe_args(args))
+      throw std::invalid_argument("remote('" + fn + "') on worker " + to + " with castor::Restart: " + *why +
+                                  " (RS5 of Note [Restartable values])");
+    recipe = std::make_shared<RestartRecipe>(RestartRecipe{fn, args, restart->max_restarts});
+  }
   req.args = std::move(args);
   auto id = rr.rref_ids.next();
   if (timeout) req.create_within_ms = timeout->count();
@@ -91,13 +152,15 @@ RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::str
   if (owner == rt.rank()) {
     // remote() to ourselves: we own the result; the handle is an owner's.
     auto holder = std::make_shared<Holder>();
+    if (recipe) holder->set_recipe(recipe, 0);
     rr.register_owner(id, holder);
     state = rr.new_owner_state(id, holder, type_name);
     req.result_to = RRefForkData{owner, id, ForkId{}, rt.rank(), type_name};
   } else {
     auto fork = rr.fork_ids.next();
     state = rr.new_user_state(id, owner, fork, type_name);
-    req.result_to = RRefForkData{owner, id, fork, rt.rank(), type_name};
+    if (recipe) state->restart = std::make_shared<RestartPolicy>(recipe, 0, state->owner_incarnation.load());
+    req.result_to = RRefForkData{owner, id, fork, rt.rank(), type_name, state->owner_incarnation.load(), 0, recipe};
   }
   std::weak_ptr<RRefState> weak = state;
   call_request(w, owner, std::move(req), timeout, [weak](Outcome o) {
@@ -113,8 +176,8 @@ RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::str
 
 RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& method, std::vector<Value> args,
                                  std::optional<std::chrono::milliseconds> timeout, std::string type_name) {
-  check_usable(target);
   auto rt = runtime_of(target);
+  check_usable_or_wait(target, rt->options().rpc_timeout);
   auto& rr = rref_runtime(*rt);
   CallRequest req;
   req.function = method;
@@ -157,9 +220,9 @@ RRefStatePtr make_owned_value(const Worker& w, Value v, std::string type_name) {
 }
 
 Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds> timeout) {
-  check_usable(s);
   auto rt = runtime_of(s);
   auto limit = timeout.value_or(rt->options().rpc_timeout);
+  check_usable_or_wait(s, limit);
   if (s->is_owner()) {
     if (!s->holder->wait(limit))
       throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name(),
@@ -189,7 +252,16 @@ Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds
 void call_method(const RRefStatePtr& s, const std::string& method, std::vector<Value> args,
                  std::optional<std::chrono::milliseconds> timeout, Completion done) {
   try {
-    check_usable(s);
+    if (auto life = check_usable(s)) {
+      // RS1: the call goes once this worker re-registered with that life.
+      s->restart->when_settled(life, [s, life, method, args = std::move(args), timeout,
+                                      done](std::optional<ErrorInfo> e) mutable {
+        if (!e && s->owner_incarnation.load() < life) e = not_re_registered(*s, life);
+        if (e) return done(Outcome::failure(std::move(*e)));
+        call_method(s, method, std::move(args), timeout, done);
+      });
+      return;
+    }
     auto rt = runtime_of(s);
     CallRequest req;
     req.function = method;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "actors/api/registry.hpp"
+#include "actors/api/worker_options.hpp"
 #include "actors/api/worker_failure.hpp"
 #include "messages/value.hpp"
 #include "rref/rref_state.hpp"
@@ -19,8 +20,12 @@ namespace castor::detail {
 
 /// remote(): starts `fn` (a function, builtin or class name) on `to`; the
 /// result stays there as a new OwnerRRef. Returns this worker's handle state.
+/// With `restart`, the value is made again on the owner's next life (Note
+/// [Restartable values]); std::invalid_argument if the arguments cannot be
+/// kept for that (RS5).
 RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::string& fn, std::vector<Value> args,
-                          std::optional<std::chrono::milliseconds> timeout, std::string type_name);
+                          std::optional<std::chrono::milliseconds> timeout, std::string type_name,
+                          std::optional<Restart> restart = std::nullopt);
 
 /// RRef::remote(): a method whose result stays on the owner as a new RRef.
 RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& method, std::vector<Value> args,

@@ -80,7 +80,7 @@ bool made_by_earlier_life(context_pointer self, RRefId id) {
 
 // -- owners ---------------------------------------------------------------------------
 
-OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder) {
+OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder, bool remade) {
   auto& st = self->state;
   if (!make) return st.owners.find(id);
   return st.owners.find_or_make(id, [&] {
@@ -90,7 +90,7 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_pt
     auto actor = spawn_owner_rref(*st.rt, id, holder, stats, [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
     self->link_to(actor);  // owners end with the context (teardown)
     st.rr->owner_index().added(id, holder, std::move(stats));
-    if (st.forks->is_dead(id.worker()) || made_by_earlier_life(self, id))
+    if (!remade && (st.forks->is_dead(id.worker()) || made_by_earlier_life(self, id)))
       self->send(actor, OwnerEvent::peer_down(id, id.worker()));
     return OwnerSlot{actor, holder};
   });
@@ -208,7 +208,11 @@ context_behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
       },
       [self](ArgumentReady& r) { on_argument_ready(self, std::move(r)); },
       [self](peer_down_atom, WorkerId rank) { on_peer_down(self, rank); },
-      [self](rejoined_atom, WorkerId rank, uint32_t) { self->state.forks->peer_rejoined(rank); },
+      [self](rejoined_atom, WorkerId rank, uint32_t incarnation) {
+        self->state.forks->peer_rejoined(rank);
+        re_register_all(self, rank, incarnation);
+      },
+      [self](ReRegistered& r) { on_re_registered(self, std::move(r)); },
       [self](shutdown_atom) { release_all(self); },
       [self](retry_atom) { retry_due(self); },
       [self](owner_gone_atom, RRefId id) { on_owner_gone(self, id); },

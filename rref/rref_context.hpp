@@ -121,9 +121,23 @@ struct ArgumentReady {
   Outcome outcome;
 };
 
+/// RS1 of Note [Restartable values]: the owner's new life answered this
+/// worker's re-registration of `fork` (or the request failed).
+struct ReRegistered {
+  std::weak_ptr<RRefState> state;
+  std::shared_ptr<RestartPolicy> policy;
+  RRefId rref;
+  ForkId fork;
+  WorkerId owner = -1;
+  WorkerId parent = -1;  // RS4: the parent whose pending child this fork was, or -1
+  uint32_t incarnation = 0;
+  Outcome outcome;
+};
+
 }  // namespace castor::detail
 
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::IncomingCall)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::ReRegistered)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::ForkRegistration)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::StateDropped)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::OwnerRegistration)
@@ -141,6 +155,7 @@ using rref_context_actor = caf::typed_actor<
     caf::reacts_to<OwnerRegistration>,  // a value owned here, with a local handle
     caf::reacts_to<AdoptReply>,         // a reply with RRefs in it
     caf::reacts_to<ArgumentReady>,      // a prepared call's argument arrived
+    caf::reacts_to<ReRegistered>,       // Note [Restartable values], RS1
     caf::reacts_to<peer_down_atom, WorkerId>,
     caf::reacts_to<rejoined_atom, WorkerId, uint32_t>,  // Note [Rejoin]
     caf::reacts_to<shutdown_atom>,      // graceful shutdown began: release every local handle

@@ -26,7 +26,9 @@ void RRefRuntime::fork_for(Value& v, WorkerId to) {
   v.for_each_rref([&](RRefValue& rv) {
     auto s = state_of(rv);
     if (!s || to == rt_.rank()) return;  // a call to ourselves passes the handle itself
-    rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name};
+    auto [recipe, restarts] = s->restart_recipe();
+    auto life = s->is_owner() ? rt_.options().incarnation : s->owner_incarnation.load();
+    rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name, life, restarts, recipe};
     caf::anon_send(context_, ForkRegistration{s, rv.data.fork_id, to});
   });
 }
@@ -100,12 +102,18 @@ void RRefRuntime::adopt_then(Value v, Completion done) {
   caf::anon_send(context_, AdoptReply{std::move(v), std::move(done)});
 }
 
-RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name) {
+RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name,
+                                         const RRefForkData* arrived) {
   auto s = std::make_shared<RRefState>();
   s->id = id;
   s->owner = owner;
   s->owner_name = rt_.name_of(owner);
-  if (rt_.world().has(owner)) s->owner_incarnation = rt_.world().member(owner).incarnation;
+  if (arrived && arrived->owner_incarnation > 0)
+    s->owner_incarnation = arrived->owner_incarnation;  // RS4: maybe a life that died since
+  else if (rt_.world().has(owner))
+    s->owner_incarnation = rt_.world().member(owner).incarnation;
+  if (arrived && arrived->recipe)
+    s->restart = std::make_shared<RestartPolicy>(arrived->recipe, arrived->restarts, s->owner_incarnation.load());
   s->type_name = std::move(type_name);
   s->fork = fork;
   s->rt = rt_.lifetime();

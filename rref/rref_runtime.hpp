@@ -46,7 +46,10 @@ class RRefRuntime : public RRefHooks {
   void adopt_then(Value v, Completion done) override;
 
   /// Handles (RRef<T>) on any thread.
-  RRefStatePtr new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name);
+  /// `arrived`: the fork this state adopts, whose owner's life and restart
+  /// recipe it keeps (Note [Restartable values]).
+  RRefStatePtr new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name,
+                              const RRefForkData* arrived = nullptr);
   RRefStatePtr new_owner_state(RRefId id, std::shared_ptr<Holder> holder, std::string type_name);
   void register_owner(RRefId id, std::shared_ptr<Holder> holder);
   void state_dropped(RRefState& s);

@@ -11,6 +11,7 @@
 
 #include "messages/ids.hpp"
 #include "rref/holder.hpp"
+#include "rref/restart.hpp"
 
 namespace castor::detail {
 
@@ -20,16 +21,28 @@ struct RRefState {
   RRefId id;
   WorkerId owner = -1;
   std::string owner_name;
-  uint32_t owner_incarnation = 1;  // RJ5 of Note [Rejoin]: the owner's life that holds the value
+  // RJ5 of Note [Rejoin]: the owner's life that holds the value (a
+  // restartable value's holder moves to the next life, Note [Restartable values]).
+  std::atomic<uint32_t> owner_incarnation{1};
   std::string type_name;
   ForkId fork;                     // users: this worker's fork of the value
   std::shared_ptr<Holder> holder;  // owners: the value itself
+  std::shared_ptr<RestartPolicy> restart;  // users of a value made with castor::Restart
   std::atomic<bool> confirmed{false};  // the owner knows this fork (owners: always)
   std::atomic<bool> released{false};   // shutdown released it already; the end sends nothing
   std::weak_ptr<WorkerServices> rt;
   const std::chrono::steady_clock::time_point created = std::chrono::steady_clock::now();  // inspection
 
   bool is_owner() const { return holder != nullptr; }
+
+  /// What a fork of this RRef carries about a restart policy (owners keep
+  /// it in the Holder, users in `restart`): the recipe, or null, and the
+  /// re-creations so far.
+  std::pair<std::shared_ptr<const RestartRecipe>, uint32_t> restart_recipe() const {
+    if (holder) return holder->recipe();
+    if (restart) return {restart->recipe(), restart->restarts()};
+    return {nullptr, 0};
+  }
 
   /// remote() could not create the value (set once, by the call's
   /// completion on whatever thread it runs; read by the users' threads).

@@ -115,14 +115,27 @@ struct prepend<T, type_list<Ts...>> {
   using type = type_list<T, Ts...>;
 };
 
-/// The arguments without a trailing castor::Timeout.
+/// The options that may close a call's arguments: castor::Timeout, and for
+/// remote() castor::Restart.
+template <class A>
+struct is_call_option
+    : std::integral_constant<bool, std::is_same<std::decay_t<A>, Timeout>::value ||
+                                       std::is_same<std::decay_t<A>, Restart>::value> {};
+
+template <class... A>
+struct all_options : std::integral_constant<bool, (is_call_option<A>::value && ...)> {};
+
+template <class... A>
+inline constexpr bool has_restart_v = (std::is_same<std::decay_t<A>, Restart>::value || ...);
+
+/// The arguments without the trailing options (Timeout, Restart).
 template <class... A>
 struct without_timeout {
   using type = type_list<>;
 };
 template <class A0, class... As>
 struct without_timeout<A0, As...> {
-  using type = std::conditional_t<sizeof...(As) == 0 && std::is_same<std::decay_t<A0>, Timeout>::value, type_list<>,
+  using type = std::conditional_t<is_call_option<A0>::value && all_options<As...>::value, type_list<>,
                                   typename prepend<A0, typename without_timeout<As...>::type>::type>;
 };
 

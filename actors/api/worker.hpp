@@ -35,16 +35,19 @@ class Mesh;
 namespace detail {
 class Runtime;
 
-/// Arguments of a call, converted, and the trailing Timeout if any.
+/// Arguments of a call, converted, and the trailing options if any.
 struct PackedArgs {
   std::vector<Value> values;
   std::optional<std::chrono::milliseconds> timeout;
+  std::optional<Restart> restart;  // remote() only
 };
 
 template <class A>
 void pack_one(PackedArgs& out, A&& a) {
   if constexpr (std::is_same<std::decay_t<A>, Timeout>::value)
     out.timeout = a.value;
+  else if constexpr (std::is_same<std::decay_t<A>, Restart>::value)
+    out.restart = a;
   else
     out.values.push_back(traits_for<A>::to_value(std::forward<A>(a)));
 }
@@ -62,8 +65,8 @@ PackedArgs pack_args(Args&&... args) {
 /// as a double), so what compiled is what the callee accepts.
 template <class Params, size_t I, class A>
 void pack_typed_one(PackedArgs& out, A&& a) {
-  if constexpr (I == Params::size) {
-    out.timeout = a.value;  // the trailing Timeout (check_arguments let nothing else through)
+  if constexpr (I >= Params::size) {
+    pack_one(out, std::forward<A>(a));  // a trailing option (check_arguments let nothing else through)
   } else {
     using P = std::decay_t<std::tuple_element_t<I, typename Params::tuple>>;
     if constexpr (std::is_convertible<A, P>::value)
@@ -158,6 +161,7 @@ class Worker {
   /// dropped Future is fire-and-forget: the call still runs.
   template <class R, class... Args>
   Future<R> rpc_async(const WorkerRef& to, const std::string& fn, Args&&... args) const {
+    static_assert(!detail::has_restart_v<Args...>, "castor::Restart is an option of remote(), whose value stays on its owner");
     return call_packed<R>(to, fn, detail::pack_args(std::forward<Args>(args)...));
   }
 
@@ -170,6 +174,7 @@ class Worker {
   }
   template <class H, class... Args, std::enable_if_t<detail::is_callable_handle<H>::value, int> = 0>
   Future<detail::handle_value_t<H>> rpc_async(const WorkerRef& to, const H& fn, Args&&... args) const {
+    static_assert(!detail::has_restart_v<Args...>, "castor::Restart is an option of remote(), whose value stays on its owner");
     return call_packed<detail::handle_value_t<H>>(
         to, detail::handle_name(fn),
         detail::pack_typed<typename detail::is_callable_handle<H>::params>(std::forward<Args>(args)...));

@@ -25,6 +25,17 @@ struct Timeout {
   std::chrono::milliseconds value{0};
 };
 
+/// A restart policy, passed as the last argument of remote() (before or
+/// after a Timeout): `castor::Restart{2}`. When the owner dies and its next
+/// life rejoins, the value is made again there, by the same function or
+/// constructor with the same arguments, up to `max_restarts` times; every
+/// holder's RRef then reaches the new value (Note [Restartable values] in
+/// rref/restart.hpp). Calls in flight at the death still fail with
+/// OwnerDiedError.
+struct Restart {
+  uint32_t max_restarts = 1;
+};
+
 struct Address {
   std::string host;
   uint16_t port = 0;

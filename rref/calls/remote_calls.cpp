@@ -33,15 +33,30 @@ void run_constructor(WorkerServices* rt, const ClassEntry* cls, std::vector<Valu
 
 }  // namespace
 
+void make_value(WorkerServices* rt, CallRequest&& req, std::shared_ptr<Holder> holder, Completion ack) {
+  if (auto* cls = ClassRegistry::instance().find(req.function))
+    return run_constructor(rt, cls, std::move(req.args), std::move(holder), std::move(ack));
+  req.result_to = RRefForkData{};
+  rt->execute(std::move(req), [holder, ack](Outcome o) {
+    if (o.ok)
+      holder->set_value(std::move(o.value));
+    else
+      holder->set_error(std::move(o.error));
+    ack(Outcome::success(Value()));
+  });
+}
+
 void dispatch(context_pointer self, IncomingCall&& ic) {
   auto& st = self->state;
   auto* rt = st.rt;
   auto& req = ic.request;
   auto reply = rt->replier(ic.reply_to, req);
+  if (req.is_remote() && req.result_to.restarts > 0) return remake(self, std::move(req), std::move(reply));  // RS2
   std::shared_ptr<Holder> result;
   if (req.is_remote()) {
     result = create_result_slot(self, req);
     if (!result) return reply(Outcome::failure(gone_error(self, req.result_to.rref_id)));
+    if (req.result_to.recipe) result->set_recipe(req.result_to.recipe, 0);  // Note [Restartable values]
     if (req.create_within_ms > 0 && !result->is_set())  // see on_creation_due
       self->delayed_send(self, std::chrono::milliseconds(req.create_within_ms), create_by_atom::value,
                          req.result_to.rref_id, req.create_within_ms);
@@ -49,16 +64,7 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
   switch (req.kind) {
     case CallKind::function: {
       if (!result) return rt->execute(std::move(req), std::move(reply));
-      if (auto* cls = ClassRegistry::instance().find(req.function))
-        return run_constructor(rt, cls, std::move(req.args), result, std::move(reply));
-      req.result_to = RRefForkData{};
-      return rt->execute(std::move(req), [result, reply](Outcome o) {
-        if (o.ok)
-          result->set_value(std::move(o.value));
-        else
-          result->set_error(std::move(o.error));
-        reply(Outcome::success(Value()));
-      });
+      return make_value(rt, std::move(req), result, std::move(reply));
     }
     case CallKind::method:
     case CallKind::fetch: {

@@ -14,4 +14,8 @@ namespace castor::detail {
 /// reply goes to ic.reply_to exactly once.
 void dispatch(context_pointer self, IncomingCall&& ic);
 
+/// remote(): runs the function, or constructs the class, that `req` names
+/// into `holder` (its error, if it fails), then calls `ack`.
+void make_value(WorkerServices* rt, CallRequest&& req, std::shared_ptr<Holder> holder, Completion ack);
+
 }  // namespace castor::detail

@@ -2,6 +2,7 @@
 // the test executables and in castor_test_worker, so init_rpc's check agrees).
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <optional>
@@ -221,6 +222,29 @@ CASTOR_CLASS(Counter)
     .method("wait_at", &Counter::wait_at)
     .method("later", &Counter::later)
     .method("as_tensor", &Counter::as_tensor);
+
+// Restartable values (Note [Restartable values]): a Counter RRef kept on a
+// worker between calls, and a value that a second life refuses to make.
+std::mutex held_counters_mtx;
+std::map<std::string, RRef<Counter>> held_counters;  // "worker/key" -> RRef
+CASTOR_FUNCTION(hold_counter, [](std::string key, RRef<Counter> r) {
+  std::lock_guard<std::mutex> lock(held_counters_mtx);
+  held_counters[current_worker().name() + "/" + key] = r;
+  return true;
+});
+CASTOR_FUNCTION(add_to_held_counter, [](std::string key, int64_t x) {
+  RRef<Counter> r;
+  {
+    std::lock_guard<std::mutex> lock(held_counters_mtx);
+    r = held_counters.at(current_worker().name() + "/" + key);
+  }
+  return r.rpc_sync<int64_t>("add", x);
+});
+CASTOR_FUNCTION(first_life_only, [](int64_t x) {
+  const char* life = std::getenv("CASTOR_INCARNATION");
+  if (life && std::string(life) != "1") throw std::runtime_error("first_life_only refuses life " + std::string(life));
+  return x;
+});
 
 Ledger::Ledger(int64_t start) : total_(start), weights_(at::arange(4, at::kFloat) * double(start)) {}
 

@@ -30,6 +30,34 @@ TEST_CASE("scalars, strings, lists and RRef forks round-trip") {
   CHECK((roundtrip(Value(fork)).to_rref() == fork));
 }
 
+TEST_CASE("a fork carries its owner's life and its restart recipe (Note [Restartable values])") {
+  auto recipe = std::make_shared<RestartRecipe>(RestartRecipe{"Counter", {Value(int64_t(7)), Value(at::arange(3))}, 2});
+  RRefForkData fork{2, RRefId(0, 9), ForkId(0, 4), 0, "Counter", 3, 1, recipe};
+  auto back = roundtrip(Value(fork)).to_rref();
+  CHECK((back == fork));
+  CHECK(back.owner_incarnation == 3);
+  CHECK(back.restarts == 1);
+  REQUIRE(back.recipe);
+  CHECK(back.recipe->function == "Counter");
+  CHECK(back.recipe->max_restarts == 2);
+  REQUIRE(back.recipe->args.size() == 2);
+  CHECK(back.recipe->args[0].to_int() == 7);
+  CHECK(at::equal(back.recipe->args[1].to_tensor(), at::arange(3)));
+}
+
+TEST_CASE("a forged recipe with an RRef among its arguments is refused") {
+  RRefForkData inner{1, RRefId(1, 2), ForkId(1, 3), 1, "Tensor"};
+  auto recipe = std::make_shared<RestartRecipe>(RestartRecipe{"rref_sum", {Value(inner)}, 1});
+  RRefForkData fork{2, RRefId(0, 9), ForkId(0, 4), 0, "Tensor", 1, 0, recipe};
+  CallRequest req;
+  req.function = "rref_sum";
+  req.args = {Value(fork)};
+  CallRequest back;
+  REQUIRE_FALSE(decode(encode(req), back));  // marked malformed, not failed (Note [Hostile input])
+  CHECK_MESSAGE(back.malformed.find("a restart recipe with an RRef among its arguments") != std::string::npos,
+                back.malformed);
+}
+
 TEST_CASE("a forged string length is refused before allocating") {
   std::vector<char> buf;
   caf::binary_serializer sink{nullptr, buf};
