@@ -44,6 +44,9 @@ struct MethodEntry {
   std::vector<ParamInfo> params;
   std::string result;
   bool returns_future = false;
+  // Note [Restartable values], RS7: running it twice is the same as once, so
+  // a call that its owner's death cut off runs again on the next life.
+  bool idempotent = false;
   // Runs the method on `object` (a T*); same rules as Invoker.
   std::function<void(void* object, std::vector<Value>&& args, Completion done)> invoke;
 };
@@ -203,6 +206,21 @@ class ClassBuilder {
       read_state_file(path, [&self](torch::serialize::InputArchive& a) { self.load(a); });
       return true;
     }));
+    return *this;
+  }
+
+  /// RS7 of Note [Restartable values]: method `name` (registered above) may
+  /// run twice to the same effect. On an object made with castor::Restart,
+  /// a call to it that the owner's death cut off, or that comes while the
+  /// owner is dead, waits for the object to come back (within the call's
+  /// timeout) and runs there instead of failing.
+  ClassBuilder& idempotent(const char* name) {
+    auto it = entry_->methods.find(name);
+    if (it == entry_->methods.end())
+      FunctionRegistry::instance().add_problem("class '" + entry_->name + "': idempotent(\"" + name +
+                                               "\") names no method registered before it");
+    else
+      it->second.idempotent = true;
     return *this;
   }
 

@@ -46,9 +46,14 @@ namespace castor::detail {
 //  RS6. A holder that re-registers after the re-created value ended (every
 //       other holder let go first) is refused, never served a fresh value
 //       under the old id: its uses fail, naming the cause.
+//  RS7. A method registered `.idempotent("name")` is the exception to "calls
+//       in flight fail": on a restartable object, a call of it that the
+//       owner's death cut off, or that comes while the owner is dead with a
+//       restart left, waits (bounded by the call's timeout) for this
+//       holder's re-registration with the next life and runs there. Its
+//       first run may have happened too: idempotent says that is harmless.
 //
-// Not covered: calls in flight at the death are never re-run (no method is
-// declared idempotent); the recipe runs the constructor again, and a value's
+// Not covered: the recipe runs the constructor again, and a value's
 // state from before the death comes back only through castor::Checkpoint
 // (restore() after the rejoin, which the app drives); re-registration waits
 // for the rejoin notice of each holder, so a use in the moment between the

@@ -107,13 +107,12 @@ ErrorInfo not_re_registered(const RRefState& s, uint32_t life) {
                                         std::to_string(life) + " died before this worker re-registered with it"});
 }
 
-// check_usable, then the wait of RS1 if there is one.
-void check_usable_or_wait(const RRefStatePtr& s, std::chrono::milliseconds limit) {
-  if (auto life = check_usable(s)) {
-    wait_until_settled(s, life, limit);
-    if (s->owner_incarnation.load() < life) throw_rpc_error(not_re_registered(*s, life));
-    check_usable(s);  // the owner may have died again meanwhile (throws then)
-  }
+// The wait of RS1, when check_usable asked for one (`life` > 0).
+void settle(const RRefStatePtr& s, uint32_t life, std::chrono::milliseconds limit) {
+  if (life == 0) return;
+  wait_until_settled(s, life, limit);
+  if (s->owner_incarnation.load() < life) throw_rpc_error(not_re_registered(*s, life));
+  check_usable(s);  // the owner may have died again meanwhile (throws then)
 }
 
 }  // namespace
@@ -176,8 +175,9 @@ RRefStatePtr start_remote(const Worker& w, const std::string& to, const std::str
 
 RRefStatePtr start_remote_method(const RRefStatePtr& target, const std::string& method, std::vector<Value> args,
                                  std::optional<std::chrono::milliseconds> timeout, std::string type_name) {
+  auto life = check_usable(target);
   auto rt = runtime_of(target);
-  check_usable_or_wait(target, rt->options().rpc_timeout);
+  settle(target, life, rt->options().rpc_timeout);
   auto& rr = rref_runtime(*rt);
   CallRequest req;
   req.function = method;
@@ -220,9 +220,10 @@ RRefStatePtr make_owned_value(const Worker& w, Value v, std::string type_name) {
 }
 
 Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds> timeout) {
+  auto life = check_usable(s);
   auto rt = runtime_of(s);
   auto limit = timeout.value_or(rt->options().rpc_timeout);
-  check_usable_or_wait(s, limit);
+  settle(s, life, limit);
   if (s->is_owner()) {
     if (!s->holder->wait(limit))
       throw TimeoutError(ErrorInfo{ErrorKind::Timeout, rt->name(),
@@ -249,8 +250,51 @@ Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds
   return p.future().wait();
 }
 
+namespace {
+
+// RS7: whether a call of `method` on `s` that the owner's death cuts off
+// waits for the value to come back and runs there.
+bool reruns_after_restart(const RRefState& s, const std::string& method) {
+  if (!s.restart || s.is_owner()) return false;
+  const auto* cls = ClassRegistry::instance().find(s.type_name);
+  const auto* m = cls ? cls->method(method) : nullptr;
+  return m && m->idempotent && s.restart->restarts() < s.restart->max_restarts() && !s.restart->failure();
+}
+
+// RS7: `cause` (the owner's death) cut off a call of idempotent `method`:
+// it runs again once this worker re-registered with the owner's next life,
+// or fails with `cause` if that does not happen within the call's bound.
+void rerun_after_restart(const RRefStatePtr& s, const std::string& method, std::vector<Value> args,
+                         std::optional<std::chrono::milliseconds> timeout, Completion done, ErrorInfo cause) {
+  auto rt = s->rt.lock();
+  if (!rt || !rt->running()) return done(Outcome::failure(std::move(cause)));
+  auto limit = timeout.value_or(rt->options().rpc_timeout);
+  auto once = std::make_shared<std::atomic<bool>>(false);
+  rref_runtime(*rt).after(limit, [once, done, cause, method, limit, owner = s->owner_name] {
+    if (once->exchange(true)) return;
+    auto late = cause;
+    late.message += "; method '" + method + "' is idempotent, but worker " + owner + " did not come back within " +
+                    std::to_string(limit.count()) + " ms to run it again";
+    done(Outcome::failure(std::move(late)));
+  });
+  // Weak: a waiter the owner never settles must not keep the RRef alive (the bound answers the call).
+  std::weak_ptr<RRefState> weak = s;
+  s->restart->when_settled(s->owner_incarnation.load() + 1, [once, weak, method, args = std::move(args), timeout,
+                                                              done](std::optional<ErrorInfo> e) mutable {
+    if (once->exchange(true)) return;
+    auto again = weak.lock();
+    if (!again)
+      return done(Outcome::failure(ErrorInfo{ErrorKind::Shutdown, "", "the RRef was released before its owner came back"}));
+    if (e) return done(Outcome::failure(std::move(*e)));
+    call_method(again, method, std::move(args), timeout, std::move(done));
+  });
+}
+
+}  // namespace
+
 void call_method(const RRefStatePtr& s, const std::string& method, std::vector<Value> args,
                  std::optional<std::chrono::milliseconds> timeout, Completion done) {
+  bool rerun = reruns_after_restart(*s, method);
   try {
     if (auto life = check_usable(s)) {
       // RS1: the call goes once this worker re-registered with that life.
@@ -267,12 +311,22 @@ void call_method(const RRefStatePtr& s, const std::string& method, std::vector<V
     req.function = method;
     req.kind = CallKind::method;
     req.target = s->id;
+    std::vector<Value> kept;
+    if (rerun) kept = args;  // RS7: for a run on the next life
     req.args = std::move(args);
-    call_request(rt->worker(), s->owner, std::move(req), timeout, [s, done](Outcome o) {
-      if (!o.ok) o = Outcome::failure(owner_failure(*s, std::move(o.error)));
-      done(std::move(o));
-    });
+    call_request(rt->worker(), s->owner, std::move(req), timeout,
+                 [s, done, rerun, method, kept = std::move(kept), timeout](Outcome o) mutable {
+                   if (!o.ok) o = Outcome::failure(owner_failure(*s, std::move(o.error)));
+                   if (!o.ok && rerun && o.error.kind == ErrorKind::OwnerDied)
+                     return rerun_after_restart(s, method, std::move(kept), timeout, std::move(done),
+                                                std::move(o.error));
+                   done(std::move(o));
+                 });
   } catch (const RpcError& e) {
+    // RS7: the owner is dead, a restart is to come (args were not moved: check_usable threw first).
+    if (rerun && e.info().kind == ErrorKind::OwnerDied && !s->restart->failure() &&
+        s->restart->restarts() < s->restart->max_restarts())
+      return rerun_after_restart(s, method, std::move(args), timeout, std::move(done), e.info());
     done(Outcome::failure(e.info()));
   }
 }

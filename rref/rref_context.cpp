@@ -156,6 +156,9 @@ void release_all(context_pointer self) {
   auto& st = self->state;
   for (auto& s : st.rr->live_states().take_all()) {
     if (s->released.exchange(true)) continue;
+    if (s->restart)  // uses that wait for the owner's next life (RS1, RS7) end now
+      s->restart->finish(0, ErrorInfo{ErrorKind::Shutdown, st.rt->name(),
+                                      "RRef " + to_string(s->id) + " was released by this worker's shutdown"});
     if (!s->is_owner() && owner_life_gone(self, s->owner, s->owner_incarnation)) continue;  // RJ5
     release(self, st.forks->released(s->id, s->fork, s->owner, s->is_owner()));
   }
@@ -213,6 +216,7 @@ context_behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
         re_register_all(self, rank, incarnation);
       },
       [self](ReRegistered& r) { on_re_registered(self, std::move(r)); },
+      [](Deadline& d) { d.fire(); },
       [self](shutdown_atom) { release_all(self); },
       [self](retry_atom) { retry_due(self); },
       [self](owner_gone_atom, RRefId id) { on_owner_gone(self, id); },

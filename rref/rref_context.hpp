@@ -4,6 +4,7 @@
 // RRefs until they may run (rref/calls/).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -134,8 +135,14 @@ struct ReRegistered {
   Outcome outcome;
 };
 
+/// A bound that is due: `fire` runs on the context (RRefRuntime::after).
+struct Deadline {
+  std::function<void()> fire;
+};
+
 }  // namespace castor::detail
 
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::Deadline)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::IncomingCall)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::ReRegistered)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::ForkRegistration)
@@ -156,6 +163,7 @@ using rref_context_actor = caf::typed_actor<
     caf::reacts_to<AdoptReply>,         // a reply with RRefs in it
     caf::reacts_to<ArgumentReady>,      // a prepared call's argument arrived
     caf::reacts_to<ReRegistered>,       // Note [Restartable values], RS1
+    caf::reacts_to<Deadline>,           // RRefRuntime::after
     caf::reacts_to<peer_down_atom, WorkerId>,
     caf::reacts_to<rejoined_atom, WorkerId, uint32_t>,  // Note [Rejoin]
     caf::reacts_to<shutdown_atom>,      // graceful shutdown began: release every local handle

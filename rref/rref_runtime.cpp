@@ -98,6 +98,10 @@ std::map<std::string, int64_t> RRefRuntime::debug_info() const {
           {"num_unacked_control_messages", counters_->outbox.load()}};
 }
 
+void RRefRuntime::after(std::chrono::milliseconds delay, std::function<void()> f) {
+  if (context_) caf::delayed_anon_send(context_, delay, Deadline{std::move(f)});
+}
+
 void RRefRuntime::adopt_then(Value v, Completion done) {
   caf::anon_send(context_, AdoptReply{std::move(v), std::move(done)});
 }

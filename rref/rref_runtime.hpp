@@ -4,6 +4,8 @@
 // state kept for other threads (counters, the inspection indexes).
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +46,10 @@ class RRefRuntime : public RRefHooks {
   void stop() override;
 
   void adopt_then(Value v, Completion done) override;
+
+  /// Runs `f` on the RRef context once `delay` has passed (not at all if
+  /// the context ends first).
+  void after(std::chrono::milliseconds delay, std::function<void()> f);
 
   /// Handles (RRef<T>) on any thread.
   /// `arrived`: the fork this state adopts, whose owner's life and restart

@@ -48,6 +48,13 @@ void rrefs_read_back(castor::Worker& w, castor::RRef<at::Tensor> t, castor::RRef
   w.rpc_sync(1, t_anything, t);
   w.rpc_sync(1, t_both, p);
 }
+// castor::Restart closes a typed remote(), before or after a Timeout.
+castor::RRef<at::Tensor> a_restartable_value(castor::Worker& w, at::Tensor a, at::Tensor b) {
+  return w.remote(1, t_add, a, b, castor::Restart{2}, castor::Timeout{});
+}
+castor::RRef<user::Counter> a_restartable_object(castor::Worker& w) {
+  return w.remote<user::Counter>(1, int64_t(3), castor::Timeout{}, castor::Restart{1});
+}
 
 #if CASTOR_CASE == 1
 // expect: castor: this call gives a different number of arguments than the function or method takes
@@ -78,6 +85,9 @@ castor::RRef<user::Counter> no_such_constructor(castor::Worker& w) { return w.re
 int64_t a_double_rref_for_an_integer(castor::RRef<user::Counter> c, castor::RRef<double> k) {
   return c.rpc_sync(&user::Counter::add, k);
 }
+#elif CASTOR_CASE == 9
+// expect: castor::Restart is an option of remote(), whose value stays on its owner
+at::Tensor a_call_cannot_restart(castor::Worker& w, at::Tensor a) { return w.rpc_sync(1, t_add, a, a, castor::Restart{1}); }
 #endif
 
 int main() { return 0; }

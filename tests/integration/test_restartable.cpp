@@ -69,21 +69,29 @@ TEST_CASE("a value made with castor::Restart comes back with its owner: every ho
   CHECK(plain.rpc_sync<int64_t>("get") == 1);
   CHECK(owned_on(w0, "worker2") == 3);
 
-  // A call in flight at the death fails; it is not run again.
+  // Calls in flight at the death: "add" fails and is not run again;
+  // "wait_at", registered idempotent (RS7), runs again on the next life.
   auto& gate = test::gate("restartable-in-flight");
-  auto in_flight = counter.rpc_async<int64_t>("wait_at", std::string("worker0"), std::string("restartable-in-flight"));
+  auto idempotent = counter.rpc_async<int64_t>("wait_at", std::string("worker0"), std::string("restartable-in-flight"));
   REQUIRE_MESSAGE(gate.wait_arrived(1, milliseconds(10000)), "the method call never reached worker2");
+  auto in_flight = counter.rpc_async<int64_t>("add", int64_t(100));  // queued behind it on worker2
   kill_worker2(w0, *c2);
   auto lost = error_of<OwnerDiedError>([&] { in_flight.wait(); });
-  CHECK_MESSAGE(contains(lost, "worker2"), lost);
+  CHECK_MESSAGE(contains(lost, "its owner, worker worker2, died"), lost);
   gate.open();
-  // While the owner is dead, a use says a restart is to come.
-  auto pending = error_of<OwnerDiedError>([&] { counter.rpc_sync<int64_t>("get"); });
+  // While the owner is dead, a use says a restart is to come; an
+  // idempotent one waits for it (RS7).
+  auto pending = error_of<OwnerDiedError>([&] { counter.rpc_sync<int64_t>("add", int64_t(1)); });
   CHECK_MESSAGE(contains(pending, "will be made again when it rejoins (restart 1 of 2)"), pending);
+  auto waits = counter.rpc_async<int64_t>("get", Timeout{milliseconds(60000)});
+  CHECK_FALSE(idempotent.is_done());
 
   auto again = life_of(2, 2, 3, port);
   wait_rejoined(w0);
-  // The constructor ran again on life 2; every holder reaches that object.
+  CHECK(idempotent.wait(milliseconds(30000)) == 1);
+  // The constructor ran again on life 2 (neither "add" of life 1 counts);
+  // every holder reaches that object.
+  CHECK(waits.wait(milliseconds(30000)) == 10);
   CHECK(counter.rpc_sync<int64_t>("get") == 10);
   CHECK(counter.rpc_sync<int64_t>("add", int64_t(7)) == 17);
   CHECK(w0.rpc_sync<int64_t>("worker1", "add_to_held_counter", std::string("c"), int64_t(1)) == 18);
@@ -139,7 +147,10 @@ TEST_CASE("castor::Restart counts its restarts, fails uses with a recipe's error
   auto spent = error_of<OwnerDiedError>([&] { once.rpc_sync<int64_t>("get"); });
   CHECK_MESSAGE(contains(spent, "rejoined as incarnation 3, but the value's 1 restart(s) are spent (castor::Restart{1})"),
                 spent);
-  // Life 3 serves the values whose restarts are left; only those.
+  // Life 3 serves the values whose restarts are left; only those (a use
+  // waits for the holder's re-registration, RS1).
+  auto refused_again = error_of([&] { fragile.to_here(); });
+  CHECK_MESSAGE(contains(refused_again, "first_life_only refuses life 3"), refused_again);
   CHECK(owned_on(w0, "worker2") == 1);
   test::bounded(milliseconds(60000), "the shutdown after two restarts", [&] { w0.shutdown(); });
   CHECK(c1.wait_exit(milliseconds(20000)) == 0);

@@ -221,7 +221,9 @@ CASTOR_CLASS(Counter)
     .method("overlapped", &Counter::overlapped)
     .method("wait_at", &Counter::wait_at)
     .method("later", &Counter::later)
-    .method("as_tensor", &Counter::as_tensor);
+    .method("as_tensor", &Counter::as_tensor)
+    .idempotent("get")       // RS7 of Note [Restartable values]
+    .idempotent("wait_at");  // the same nested call again
 
 // Restartable values (Note [Restartable values]): a Counter RRef kept on a
 // worker between calls, and a value that a second life refuses to make.
