@@ -6,6 +6,7 @@
 
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/cluster/launch_notes.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/runtime/worker_state.hpp"
@@ -79,6 +80,10 @@ void declare_dead_impl(worker_pointer self, WorkerId rank, const std::string& ca
   st.chunks.drop_from(rank);
   if (rt->bulk) rt->bulk->peer_down(rank);  // B8 of Note [Bulk path]
   auto who = rt->name_of(rank);
+  // N2 of Note [Launch notes]: before the calls fail, so the note is there
+  // whatever the program does about them.
+  if (rank == 0 && rt->rank() != 0 && rt->state.load() != RunState::stopped)
+    tell_launcher(kRankZeroLost, who + ": " + cause);
   if (rt->state.load() != RunState::stopped) {
     int64_t failed = 0;
     fail_pending_impl(

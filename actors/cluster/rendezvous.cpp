@@ -16,6 +16,7 @@
 
 #include "actors/api/errors.hpp"
 #include "actors/cluster/join_steps.hpp"
+#include "actors/cluster/launch_notes.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/caf_links.hpp"
 #include "actors/transport/transport.hpp"
@@ -229,9 +230,13 @@ void join_masterless(Runtime& rt, std::chrono::steady_clock::time_point deadline
     self->request(h, left_until(deadline), join_atom::value, mine)
         .receive([&](JoinReply& x) { reply = std::move(x), answered = true; },
                  [&](caf::error& e) { failure = std::move(e); });
-    if (!answered)
+    if (!answered) {
+      // N2 of Note [Launch notes]: rank 0 went away while this worker joined.
+      if (r == 0 && rt.rank() != 0 && failure != caf::sec::request_timeout)
+        tell_launcher(kRankZeroLost, m.name + ": did not answer while " + rt.name() + " joined");
       fail_init(rt.name(), failure == caf::sec::request_timeout ? ErrorKind::Timeout : ErrorKind::Unreachable,
            "worker " + m.name + " at " + where + " did not answer: " + rt.system->render(failure));
+    }
     if (!reply.ok) fail_init(rt.name(), ErrorKind::Lookup, reply.error);
     if (reply.workers.size() != 1 || reply.workers[0].rank != WorkerId(r) || reply.workers[0].name != m.name)
       fail_init(rt.name(), ErrorKind::Lookup,
@@ -316,6 +321,10 @@ void join_world(Runtime& rt) {
         fail_init(rt.name(), ErrorKind::Timeout,
              "timed out waiting for ranks " + missing_ranks(joined, rt.opts.world_size) + " to join (world_size " +
                  std::to_string(rt.opts.world_size) + ")");
+      // N2 of Note [Launch notes]: the master went away while this worker joined.
+      if (rt.rank() != 0)
+        tell_launcher(kRankZeroLost, rt.opts.master.host + ":" + std::to_string(rt.opts.master.port) +
+                                         ": did not answer while " + rt.name() + " joined");
       fail_init(rt.name(), ErrorKind::Unreachable, "the master did not answer: " + rt.system->render(failure));
     }
   }

@@ -26,16 +26,32 @@
 //      exits with when the world its previous life died from never finished
 //      joining (RJ8 of Note [Rejoin]): the job starts again whole, as R3,
 //      without counting that worker twice.
+//  R7. A launch without rank 0 (one host of a multi-host cluster file)
+//      cannot see rank 0 die, but its workers can: each notes it (N2 of
+//      Note [Launch notes], actors/cluster/launch_notes.cpp). When one of
+//      them did, this host's workers all start again in their first life,
+//      with CASTOR_RESTART one higher, and join the job that rank 0's own
+//      launcher restarts whole (R3) at the file's ports. Such restarts are
+//      counted by rank 0's launcher, which ends the job when they are
+//      spent; this host gives up after N x the job's workers of them (each
+//      is some worker's restart), and then the next start's join would
+//      have failed anyway, within the init timeout.
 #include "apps/common/restarts.hpp"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <string>
+#include <filesystem>
 #include <map>
+#include <optional>
 #include <stdexcept>
+#include <string>
+#include <system_error>
 
 #include "actors/api/errors.hpp"
+#include "actors/cluster/launch_notes.hpp"
 #include "apps/common/training_log.hpp"
 
 namespace castor::apps {
@@ -53,9 +69,54 @@ int max_restarts_from(const Flags& flags) {
   return n;
 }
 
+namespace {
+
+// N1 of Note [Launch notes]: a folder of this launch's notes files, one per
+// worker, removed with the launch.
+class NotesFolder {
+ public:
+  NotesFolder() {
+    auto pattern = (std::filesystem::temp_directory_path() / "castor-launch-XXXXXX").string();
+    if (::mkdtemp(pattern.data())) path_ = pattern;
+  }
+  ~NotesFolder() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  NotesFolder(const NotesFolder&) = delete;
+  NotesFolder& operator=(const NotesFolder&) = delete;
+
+  /// Gives `spec` an empty notes file.
+  void give(ProcessSpec& spec) const {
+    if (path_.empty()) return;  // no temporary folder: exit codes alone, as without notes
+    auto file = path_ + "/" + spec.name + ".notes";
+    std::error_code ignored;
+    std::filesystem::remove(file, ignored);
+    spec.env[detail::kLaunchNotesVariable] = file;
+  }
+
+  /// R7: the first worker's note that rank 0 was lost, if any.
+  std::optional<std::string> rank_zero_lost(const std::vector<ProcessSpec>& specs) const {
+    for (const auto& s : specs) {
+      auto it = s.env.find(detail::kLaunchNotesVariable);
+      if (it == s.env.end()) continue;
+      if (auto note = detail::read_launch_note(it->second, detail::kRankZeroLost)) return note;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  std::string path_;
+};
+
+}  // namespace
+
 LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int restart)>& make_specs, int max_restarts,
-                      const std::string& command) {
+                      const std::string& command, size_t job_workers) {
   std::map<std::string, int> restarts;  // R3: per worker
+  std::optional<NotesFolder> notes;
+  if (max_restarts > 0) notes.emplace();
+  int followed = 0;  // R7: job restarts this launch followed
   // Note [Curve files], C2: one name for the job, whatever restarts it; a
   // CASTOR_JOB_ID of the user's is kept.
   const char* given_job = std::getenv("CASTOR_JOB_ID");
@@ -68,7 +129,10 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
         s.env["CASTOR_RESTART"] = std::to_string(restart);
         s.env["CASTOR_MAX_RESTARTS"] = std::to_string(max_restarts);
         s.env["CASTOR_INCARNATION"] = "1";  // R3: a new world
+        notes->give(s);
       }
+    bool holds_rank_zero = std::any_of(specs.begin(), specs.end(), [](const ProcessSpec& s) { return s.leader; });
+    if (job_workers == 0) job_workers = specs.size();
     std::map<std::string, int> lives;  // R2: in this start of the job
     Respawn respawn = [&](const Death& death) -> std::optional<ProcessSpec> {
       if (restarts[death.name] >= max_restarts) return std::nullopt;  // R4: L5 stops the job, counted below
@@ -78,6 +142,7 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
       int life = ++lives[death.name] + 1;
       auto spec = *it;
       spec.env["CASTOR_INCARNATION"] = std::to_string(life);
+      notes->give(spec);
       std::printf("[launch] %s died (killed by signal %d): starting it again (restart %d of %d for %s); it rejoins "
                   "under incarnation %d\n",
                   death.name.c_str(), death.signal, count, max_restarts, death.name.c_str(), life);
@@ -92,6 +157,34 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
                   result.failed.c_str());
       std::fflush(stdout);
       continue;
+    }
+    if (max_restarts > 0 && !holds_rank_zero) {  // R7
+      if (auto lost = notes->rank_zero_lost(specs)) {
+        // A death of this host's own in the same round counts, as in R3.
+        if (!result.died.empty() && ++restarts[result.died.front().name] > max_restarts) {
+          const auto& death = result.died.front();
+          result.failed = death.name;
+          result.exit_code = 128 + death.signal;
+          std::fprintf(stderr, "%s: %s died (killed by signal %d) %d times; --max-restarts %d allows %d restart(s) "
+                       "per worker: the job fails\n",
+                       command.c_str(), death.name.c_str(), death.signal, restarts[death.name], max_restarts,
+                       max_restarts);
+          return result;
+        }
+        if (++followed > max_restarts * int(job_workers)) {
+          result.exit_code = result.exit_code ? result.exit_code : 1;
+          std::fprintf(stderr, "%s: rank 0 was lost again (%s) after %d restarts of the job; --max-restarts %d "
+                       "allows at most %d for its %zu worker(s): the job fails\n",
+                       command.c_str(), lost->c_str(), followed - 1, max_restarts, max_restarts * int(job_workers),
+                       job_workers);
+          return result;
+        }
+        std::printf("[launch] rank 0 was lost (%s): this host's %zu worker(s) start again in their first life, to "
+                    "join the job's restart (restart %d here)\n",
+                    lost->c_str(), specs.size(), followed);
+        std::fflush(stdout);
+        continue;
+      }
     }
     if (max_restarts == 0 || result.exit_code == 0 || result.died.empty()) return result;  // R1, R5
     const auto& death = result.died.front();  // the first death seen caused the others' ends

@@ -13,10 +13,11 @@ namespace castor::apps {
 
 /// Runs the job `make_specs(restart)` gives (restart: 0 first, then 1, 2,
 /// ...) and starts it again after a death, up to `max_restarts` per worker.
-/// `command` prefixes its messages ("castor run"). Returns the last run's
-/// result, whose exit code is the job's.
+/// `command` prefixes its messages ("castor run"). `job_workers`: the whole
+/// job's workers, on every host (0: the specs are the whole job). Returns
+/// the last run's result, whose exit code is the job's.
 LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int restart)>& make_specs, int max_restarts,
-                      const std::string& command);
+                               const std::string& command, size_t job_workers = 0);
 
 /// Declares --max-restarts N (Note [Flags]).
 void declare_max_restarts(po::options_description& flags);

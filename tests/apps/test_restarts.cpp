@@ -271,15 +271,6 @@ TEST_CASE("castor launch --local --max-restarts, with TLS: a trainer SIGKILLed a
   CHECK_FALSE(contains(r.output, "not encrypted"));  // TLS on every start
   CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
   check_only_sigkills(r.output);
-
-  // The whole job restarts, so a launch of part of a cluster refuses --max-restarts.
-  auto mixed = fresh_dir("mixed") + ".json";
-  std::ofstream(mixed) << R"({"workers": [{"name": "here", "host": "127.0.0.1", "port": 1},)"
-                       << R"( {"name": "far", "host": "192.0.2.77", "port": 2}]})";
-  auto refused = run_castor({"launch", mixed, "--max-restarts", "2"});
-  CHECK(refused.code == 2);
-  CHECK(contains(refused.output, "castor launch: --max-restarts restarts the whole job, so every worker of " + mixed +
-                                     " must start here (--local), but 1 of 2 live on other hosts (far@192.0.2.77)"));
 }
 
 namespace {
@@ -364,6 +355,65 @@ TEST_CASE("the restart loop: what counts as a death, restarts per worker, and a 
       2, "test");
   CHECK(own.exit_code == 3);
   CHECK(own.failed == "broken");
+  CHECK(starts == 1);
+}
+
+// The multi-host case runs for real in tests/netns (scenario E); here, one
+// host's launch without rank 0, its workers played by shell scripts.
+TEST_CASE("the restart loop on a host without rank 0: a worker's note that rank 0 was lost restarts this host's workers") {
+  using castor::apps::run_with_restarts;
+  // R7: "far" finds rank 0 lost (its note), then fails as a program would;
+  // "near" is stopped by the launcher. Both start again in their first life.
+  const std::string note = "echo 'rank0-lost worker0: connection lost' >>\"$CASTOR_LAUNCH_NOTES\"; ";
+  int starts = 0;
+  std::vector<std::string> restart_seen;
+  auto followed = run_with_restarts(
+      [&](int restart) {
+        ++starts;
+        restart_seen.push_back(std::to_string(restart));
+        return std::vector<castor::apps::ProcessSpec>{
+            shell("far", "[ \"$CASTOR_RESTART\" = 1 ] && [ ! -s \"$CASTOR_LAUNCH_NOTES\" ] && exit 0; " + note +
+                             "exit 1"),
+            shell("near", "[ \"$CASTOR_RESTART\" = 1 ] && [ \"$CASTOR_INCARNATION\" = 1 ] && exit 0; sleep 5")};
+      },
+      2, "test", 3);
+  CHECK(followed.exit_code == 0);
+  CHECK(starts == 2);
+  CHECK(restart_seen == std::vector<std::string>{"0", "1"});
+  // A worker of this host dying by itself is still R2's: started again alone.
+  starts = 0;
+  auto alone = run_with_restarts(
+      [&](int) {
+        ++starts;
+        return std::vector<castor::apps::ProcessSpec>{
+            shell("flaky", "[ \"$CASTOR_INCARNATION\" = 2 ] && exit 0; sleep 0.1; kill -9 $$"),
+            shell("steady", "sleep 1; exit 0")};
+      },
+      2, "test", 3);
+  CHECK(alone.exit_code == 0);
+  CHECK(starts == 1);
+  REQUIRE(alone.restarted.size() == 1);
+  CHECK(alone.restarted[0].name == "flaky");
+  // Rank 0 lost again and again: this host gives up after max_restarts x
+  // the job's workers (1 x 2) restarts, failing with the worker's code.
+  starts = 0;
+  auto spent = run_with_restarts(
+      [&](int) {
+        ++starts;
+        return std::vector<castor::apps::ProcessSpec>{shell("far", note + "exit 1")};
+      },
+      1, "test", 2);
+  CHECK(spent.exit_code == 1);
+  CHECK(starts == 3);
+  // Without the note, a worker's error is its own (R5): no restart.
+  starts = 0;
+  auto own = run_with_restarts(
+      [&](int) {
+        ++starts;
+        return std::vector<castor::apps::ProcessSpec>{shell("far", "exit 4")};
+      },
+      2, "test", 3);
+  CHECK(own.exit_code == 4);
   CHECK(starts == 1);
 }
 

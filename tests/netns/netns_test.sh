@@ -10,14 +10,17 @@
 #   D. link-probe while host 3's link is cut for longer than the connection
 #      timeout: worker2 is declared dead within the configured bound, calls
 #      to it fail naming it (also after the link is back: dead for the rest of
-#      the job), worker1 keeps answering, rank 0 finishes its rounds.
+#      the job), worker1 keeps answering, rank 0 finishes its rounds,
+#   E. the parameter server under `castor launch --max-restarts` on every
+#      host: a trainer, then the server SIGKILLed; every host restarts its
+#      part and the job resumes from its checkpoint.
 # Worker i runs on host i+1; host 3 is worker2's. A cut sets the switch end of
 # host 3's veth down: both directions drop, TCP connections stay open (no
 # netem needed). Every scenario redeploys on the same ports right after the
 # previous one, while its connections are still in TIME_WAIT.
 #
 # Usage: netns_test.sh CASTOR_BINARY [WORK_DIR]
-# CASTOR_NETNS_SCENARIOS=CD runs only some scenarios (default ABCD).
+# CASTOR_NETNS_SCENARIOS=CD runs only some scenarios (default ABCDE).
 # Needs root and network namespaces it can make and enter (iproute2; probed
 # first); otherwise exits 77, which CTest reports as skipped. Every wait is
 # bounded; the namespaces, and every process started in them, are removed on
@@ -29,7 +32,7 @@ set -euo pipefail
 castor=${1:?usage: netns_test.sh CASTOR_BINARY [WORK_DIR]}
 castor=$(readlink -f "$castor")
 work=${2:-}
-scenarios=${CASTOR_NETNS_SCENARIOS:-ABCD}
+scenarios=${CASTOR_NETNS_SCENARIOS:-ABCDE}
 want() { [[ $scenarios == *$1* ]]; }
 
 skip() {
@@ -308,8 +311,9 @@ if want D; then
   first=$(grep -E '^probe: peer=worker2 round=[0-9]+ op=[a-z]+ failed ' "$log" | head -n 1)
   detected_ms=$(($(field t <<<"$first") - cut_at))
   echo "  first failure ${detected_ms} ms after the cut: $first"
+  # (a call names worker2; a backward pass in flight fails on worker0, naming worker2's death)
   check "the first failure is unreachable, naming worker2" \
-    grep -Eq " failed kind=unreachable .* error=worker worker2 is unreachable" <<<"$first"
+    grep -Eq " failed kind=unreachable .* error=worker (worker2 is unreachable|worker0: backward pass in autograd context [0-9]+ failed: worker worker2 died)" <<<"$first"
   check "declared dead within the bound ($detected_ms ms <= $bound_ms ms)" [ "$detected_ms" -le "$bound_ms" ]
   check "not before the connection timeout ($detected_ms ms >= $((conn_timeout_ms - heartbeat_ms - 500)) ms)" \
     [ "$detected_ms" -ge $((conn_timeout_ms - heartbeat_ms - 500)) ]
@@ -346,6 +350,74 @@ $((ends_ms[2] - cut_at)) ms after the cut"
   # (worker0's process ends a few ms after its worker actor, whose end worker1 sees)
   checkx "worker1 ended with worker0, within 5 s ($((ends_ms[1] - ends_ms[0])) ms)" \
     '[ $((ends_ms[1] - ends_ms[0])) -ge -1000 ] && [ $((ends_ms[1] - ends_ms[0])) -le 5000 ]'
+fi
+
+# --- E. restarts across hosts ------------------------------------------------------
+# One `castor launch --max-restarts 2` per host, as a user deploys a job: a
+# trainer SIGKILLed on host 3 is started again there and rejoins; then the
+# server (rank 0) SIGKILLed on host 1: its launcher restarts the job, the
+# launchers of hosts 2 and 3 hear of it from their workers' notes (R7 of
+# Note [Restart policy]) and start theirs again, and the job resumes from
+# the checkpoint on the shared folder. The accuracy is an undisturbed run's.
+if want E; then
+  echo "E. parameter-server under castor launch --max-restarts on each host; a trainer, then the server, SIGKILLed"
+  ps_args() {  # ps_args CHECKPOINT_DIR
+    echo "[\"--epochs\", \"4\", \"--limit\", \"6000\", \"--test-limit\", \"1000\", \"--batch-size\", \"32\", \"--seed\", \"5\", \
+\"--no-progress\", \"--checkpoint-dir\", \"$1\"]"
+  }
+  accuracy() { sed -nE 's/.*test accuracy: ([0-9.]+)%.*/\1/p' "$1" | tail -n 1; }
+  write_cluster "$work/ref.json" parameter-server "$(ps_args "$work/ckpt-ref")"
+  start_workers ref "$work/ref.json" 120
+  wait_workers
+  check "the undisturbed run exits 0 (codes ${codes[*]})" [ "${codes[*]}" = "0 0 0" ]
+  reference=$(accuracy "$work/ref-worker0.log")
+  [ -n "$reference" ] || fail "the undisturbed run printed no test accuracy"
+
+  file="$work/restarts.json"
+  write_cluster "$file" parameter-server "$(ps_args "$work/ckpt")"
+  lpids=()
+  for i in 0 1 2; do
+    ip netns exec "${hosts[$i]}" timeout -k 5 180 "$castor" launch "$file" --max-restarts 2 \
+      >"$work/launch-h$((i + 1)).log" 2>&1 &
+    pids+=($!)
+    lpids+=($!)
+  done
+  log="$work/launch-h1.log"
+  worker_pid() { pgrep -f -- "worker --config $file --name $1\$" | head -n 1; }
+  wait_for_line "$log" 'checkpoint: epoch 1 saved in ' 60000 || fail "epoch 1 was never saved"
+  victim=$(worker_pid worker2)
+  [ -n "$victim" ] || fail "no process of worker2 to kill"
+  kill -KILL "$victim"
+  echo "  SIGKILLed worker2 (host 3) after epoch 1"
+  wait_for_line "$log" 'trainer worker2 rejoined: ' 60000 || fail "worker2 never rejoined"
+  wait_for_line "$log" 'checkpoint: epoch 2 saved in ' 60000 || fail "epoch 2 was never saved"
+  victim=$(worker_pid worker0)
+  [ -n "$victim" ] || fail "no process of worker0 to kill"
+  kill -KILL "$victim"
+  echo "  SIGKILLed worker0 (the server, host 1) after epoch 2"
+  lcodes=()
+  for i in 0 1 2; do
+    c=0
+    wait "${lpids[$i]}" || c=$?
+    lcodes+=("$c")
+  done
+  check "every host's launch exits 0 (codes ${lcodes[*]})" [ "${lcodes[*]}" = "0 0 0" ]
+  check "host 3 started worker2 again, alone" has "$work/launch-h3.log" \
+    "[launch] worker2 died (killed by signal 9): starting it again (restart 1 of 2 for worker2); it rejoins under incarnation 2"
+  check "the server took the trainer back" has "$log" "trainer worker2 rejoined: "
+  check "host 1 restarted the job when the server died" has "$log" \
+    "[launch] worker0 died (killed by signal 9): restarting the job (restart 1 of 2 for worker0)"
+  for h in 2 3; do
+    checkx "host $h heard rank 0 was lost from its worker and started it again" \
+      'grep -Eq "^\[launch\] rank 0 was lost \(worker0: connection lost\): this host.s 1 worker\(s\) start again in their first life" "$work/launch-h'$h'.log"'
+  done
+  check "the job resumed from the checkpoint of epoch 2 or later" grep -Eq "resuming after epoch [23] from the checkpoint in $work/ckpt" "$log"
+  got=$(accuracy "$log")
+  echo "  accuracy $got% against $reference% undisturbed"
+  checkx "the accuracy is the undisturbed run's, within 0.5 points" \
+    'awk -v a="$got" -v b="$reference" "BEGIN { d = a - b; exit !(a != \"\" && d <= 0.5 && d >= -0.5) }"'
+  checkx "no process died of a signal the test did not send" \
+    '! grep -hE "killed by signal [0-9]+" "$work"/launch-h*.log | grep -vq "killed by signal 9"'
 fi
 
 echo "PASS: netns multi-host test"
