@@ -370,7 +370,7 @@ if want E; then
   echo "E. parameter-server under castor launch --max-restarts on each host, TLS; a trainer, then the server, SIGKILLed"
   ps_args() {  # ps_args CHECKPOINT_DIR
     echo "[\"--epochs\", \"4\", \"--limit\", \"6000\", \"--test-limit\", \"1000\", \"--batch-size\", \"32\", \"--seed\", \"5\", \
-\"--no-progress\", \"--checkpoint-dir\", \"$1\"]"
+\"--no-progress\", \"--checkpoint-dir\", \"$1\", \"--out\", \"$1-curve\"]"
   }
   accuracy() { sed -nE 's/.*test accuracy: ([0-9.]+)%.*/\1/p' "$1" | tail -n 1; }
   write_cluster "$work/ref.json" parameter-server "$(ps_args "$work/ckpt-ref")"
