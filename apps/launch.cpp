@@ -205,6 +205,8 @@ int worker_command(const std::vector<std::string>& args) {
     auto file = load_checked(path);
     const auto& me = file.worker(name);
     opts = file.options_for(name);
+    // The job's checkpoint folder, for the app or program (cluster_file.hpp).
+    if (!file.checkpoint_dir.empty()) ::setenv(config::kCheckpointDirVariable, file.checkpoint_dir.c_str(), 1);
     app = me.app;
     program = me.program;
     app_args = me.args;

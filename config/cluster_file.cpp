@@ -281,9 +281,11 @@ ClusterFile parse_cluster_file(const std::string& text, const std::string& path)
     r.fail("", std::string("not valid JSON: ") + e.what());
   }
   if (!root.is_object()) r.fail("", "expected a JSON object at the top, got " + Reader::describe(root));
-  r.warn_unknown(root, "", {"app", "program", "args", "workers", "options", "tls", "secret", "secret_file"});
+  r.warn_unknown(root, "",
+                 {"app", "program", "args", "workers", "options", "tls", "secret", "secret_file", "checkpoint_dir"});
   ClusterFile out;
   out.path = path;
+  if (root.contains("checkpoint_dir")) out.checkpoint_dir = r.file_path(root["checkpoint_dir"], "checkpoint_dir");
   auto runs = read_runs(r, root, "", Runs{});
   std::vector<std::string> args = root.contains("args") ? r.strings(root["args"], "args") : std::vector<std::string>{};
   if (!root.contains("workers")) r.fail("workers", "missing: a cluster file lists its workers");

@@ -13,6 +13,7 @@
 //     ],
 //     "tls": {"certificate": "certs/node.pem", "key": "certs/node.key", "ca": "certs/ca.pem"},
 //     "secret_file": "cluster.secret",                          // or "secret": "..." (at least 16 characters)
+//     "checkpoint_dir": "/shared/job42/ckpt",                   // optional: the job's castor::Checkpoint folder
 //     "options": {"rpc_timeout_ms": 60000, "init_timeout_ms": 60000, "shutdown_timeout_ms": 60000,
 //                 "num_worker_threads": 16,
 //                 "eager_worker_threads": 0, "max_worker_threads": 256, "intra_op_threads": 0,
@@ -27,6 +28,11 @@
 // "secret" or "secret_file" is the cluster secret every worker's door checks
 // (Note [The door] in actors/transport/door.cpp); without one, a launcher
 // that starts every worker of the file makes one for the job.
+// "checkpoint_dir" is where the job's checkpoints live: `castor worker`
+// gives it to its app or program as CASTOR_CHECKPOINT_DIR (the parameter
+// server's --checkpoint-dir defaults to it). Every worker that owns a part
+// reads and writes there, so across hosts it must be shared storage mounted
+// at the same path on every host.
 // Ranks default to the position in "workers". With every address in the
 // file the join needs no master (Note [Masterless join]). Relative paths are
 // relative to the file's folder.
@@ -38,6 +44,9 @@
 #include "actors/api/worker_options.hpp"
 
 namespace castor::config {
+
+/// Where `castor worker` tells its app or program the file's "checkpoint_dir".
+inline constexpr const char* kCheckpointDirVariable = "CASTOR_CHECKPOINT_DIR";
 
 struct ClusterWorker {
   std::string name;
@@ -56,6 +65,7 @@ struct ClusterFile {
   std::vector<ClusterWorker> workers;  // by rank
   WorkerOptions shared;                // the "options" section, and the secret
   std::string options_json;            // the "options" section as written ("" if none)
+  std::string checkpoint_dir;          // "checkpoint_dir", absolute ("" if none)
   std::vector<std::string> warnings;   // unknown keys, each naming file and field
 
   /// The worker called `name`; throws ConfigError naming the file and the

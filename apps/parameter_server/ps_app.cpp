@@ -7,6 +7,7 @@
 #include "apps/common/app.hpp"
 #include "apps/common/training_log.hpp"
 #include "apps/parameter_server/parameter_server.hpp"
+#include "config/cluster_file.hpp"
 
 namespace castor::apps::ps {
 namespace {
@@ -32,7 +33,8 @@ void declare_flags(po::options_description& flags) {
       ("on-trainer-failure", po::value<std::string>()->default_value("stop")->value_name("stop|continue"),
        "when a trainer dies: fail the job, or go on with the trainers left")
       ("checkpoint-dir", po::value<std::string>()->value_name("D"),
-       "save the server to D after each epoch, and resume from D's last checkpoint at start")
+       "save the server to D after each epoch, and resume from D's last checkpoint at start (default: the "
+       "cluster file's \"checkpoint_dir\", if any)")
       ("checkpoint-every", po::value<int64_t>()->default_value(c.checkpoint_every)->value_name("N"),
        "epochs between checkpoints")
       ("seed", po::value<int64_t>()->default_value(c.seed)->value_name("N"), "initialisation and shuffling seed")
@@ -73,7 +75,9 @@ PsConfig config_from(const Flags& flags) {
   // dead trainer again (Note [Restart policy]) and says so to every worker.
   const char* restarts = std::getenv("CASTOR_MAX_RESTARTS");
   c.rejoin = restarts && std::atoi(restarts) > 0;
-  c.checkpoint_dir = flags.find<std::string>("checkpoint-dir").value_or("");
+  // A cluster file's "checkpoint_dir" is the default (cluster_file.hpp).
+  const char* job_dir = std::getenv(config::kCheckpointDirVariable);
+  c.checkpoint_dir = flags.find<std::string>("checkpoint-dir").value_or(job_dir ? job_dir : "");
   c.checkpoint_every = flags.get<int64_t>("checkpoint-every");
   if (c.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
   if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");

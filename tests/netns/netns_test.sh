@@ -164,8 +164,9 @@ heal_link() { ip -n "$sw" link set v3 up; }
 echo "network: ${hosts[*]} (${addrs[*]}) joined by bridge br0 in $sw"
 
 # --- workers ------------------------------------------------------------------
-# write_cluster FILE APP ARGS_JSON [CERTS_DIR]: with CERTS_DIR, every worker
-# speaks TLS with its certificate from there (scripts/make-certs.sh).
+# write_cluster FILE APP ARGS_JSON [CERTS_DIR] [CHECKPOINT_DIR]: with
+# CERTS_DIR, every worker speaks TLS with its certificate from there
+# (scripts/make-certs.sh); CHECKPOINT_DIR is the file's "checkpoint_dir".
 write_cluster() {
   local tls=("" "" "")
   if [ -n "${4:-}" ]; then
@@ -173,9 +174,11 @@ write_cluster() {
       tls[i]=", \"tls\": {\"certificate\": \"$4/${names[$i]}.pem\", \"key\": \"$4/${names[$i]}.key\", \"ca\": \"$4/ca.pem\"}"
     done
   fi
+  local checkpoints=""
+  [ -z "${5:-}" ] || checkpoints="\"checkpoint_dir\": \"$5\","
   cat >"$1" <<EOF
 {
-  "app": "$2", "args": $3,
+  "app": "$2", "args": $3, $checkpoints
   "workers": [
     {"name": "${names[0]}", "host": "${addrs[0]}", "port": 29600${tls[0]}},
     {"name": "${names[1]}", "host": "${addrs[1]}", "port": 29600${tls[1]}},
@@ -368,12 +371,12 @@ fi
 # the checkpoint on the shared folder. The accuracy is an undisturbed run's.
 if want E; then
   echo "E. parameter-server under castor launch --max-restarts on each host, TLS; a trainer, then the server, SIGKILLed"
-  ps_args() {  # ps_args CHECKPOINT_DIR
+  ps_args() {  # ps_args CURVE [CHECKPOINT_DIR]
     echo "[\"--epochs\", \"4\", \"--limit\", \"6000\", \"--test-limit\", \"1000\", \"--batch-size\", \"32\", \"--seed\", \"5\", \
-\"--no-progress\", \"--checkpoint-dir\", \"$1\", \"--out\", \"$1-curve\"]"
+\"--no-progress\", \"--out\", \"$1\"${2:+, \"--checkpoint-dir\", \"$2\"}]"
   }
   accuracy() { sed -nE 's/.*test accuracy: ([0-9.]+)%.*/\1/p' "$1" | tail -n 1; }
-  write_cluster "$work/ref.json" parameter-server "$(ps_args "$work/ckpt-ref")"
+  write_cluster "$work/ref.json" parameter-server "$(ps_args "$work/ref-curve" "$work/ckpt-ref")"
   start_workers ref "$work/ref.json" 120
   wait_workers
   check "the undisturbed run exits 0 (codes ${codes[*]})" [ "${codes[*]}" = "0 0 0" ]
@@ -381,10 +384,11 @@ if want E; then
   [ -n "$reference" ] || fail "the undisturbed run printed no test accuracy"
 
   # With TLS, as the README recommends across hosts (the reference is plain:
-  # the same arithmetic either way).
+  # the same arithmetic either way), and the checkpoint folder named by the
+  # file (the app finds it in CASTOR_CHECKPOINT_DIR).
   "$(dirname "$0")/../../scripts/make-certs.sh" "$work/certs" "${names[@]}" >/dev/null
   file="$work/restarts.json"
-  write_cluster "$file" parameter-server "$(ps_args "$work/ckpt")" "$work/certs"
+  write_cluster "$file" parameter-server "$(ps_args "$work/restarts-curve")" "$work/certs" "$work/ckpt"
   lpids=()
   for i in 0 1 2; do
     ip netns exec "${hosts[$i]}" timeout -k 5 180 "$castor" launch "$file" --max-restarts 2 \

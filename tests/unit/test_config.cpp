@@ -167,6 +167,20 @@ TEST_CASE("cluster files set the bulk path and the metrics port") {
             "/etc/castor/job.json: workers[0].metrics_port: ") == 0);
 }
 
+TEST_CASE("a cluster file names the job's checkpoint folder, relative to the file's own") {
+  const char* workers = R"("workers": [{"name": "a", "host": "h", "port": 1}])";
+  auto relative = parse_cluster_file(std::string("{") + workers + R"(, "checkpoint_dir": "ckpt/../run1"})",
+                                     "/etc/castor/job.json");
+  CHECK(relative.checkpoint_dir == "/etc/castor/run1");
+  CHECK(relative.warnings.empty());
+  auto absolute = parse_cluster_file(std::string("{") + workers + R"(, "checkpoint_dir": "/shared/job42"})",
+                                     "/etc/castor/job.json");
+  CHECK(absolute.checkpoint_dir == "/shared/job42");
+  CHECK(parse_cluster_file(std::string("{") + workers + "}", "/etc/castor/job.json").checkpoint_dir.empty());
+  CHECK(error_of(std::string("{") + workers + R"(, "checkpoint_dir": 7})") ==
+        "/etc/castor/job.json: checkpoint_dir: expected a string, got number 7");
+}
+
 TEST_CASE("a cluster file carries the door's secret inline or in a file, never a short one or both") {
   auto with = [](const std::string& extra) {
     return R"({"workers": [{"name": "ps", "host": "127.0.0.1", "port": 29600}], )" + extra + "}";
