@@ -252,13 +252,16 @@ Value fetch_value(const RRefStatePtr& s, std::optional<std::chrono::milliseconds
 
 namespace {
 
+// RS7: a restart is still to come for this holder.
+bool restart_left(const RestartPolicy& p) { return p.restarts() < p.max_restarts() && !p.failure(); }
+
 // RS7: whether a call of `method` on `s` that the owner's death cuts off
 // waits for the value to come back and runs there.
 bool reruns_after_restart(const RRefState& s, const std::string& method) {
   if (!s.restart || s.is_owner()) return false;
   const auto* cls = ClassRegistry::instance().find(s.type_name);
   const auto* m = cls ? cls->method(method) : nullptr;
-  return m && m->idempotent && s.restart->restarts() < s.restart->max_restarts() && !s.restart->failure();
+  return m && m->idempotent && restart_left(*s.restart);
 }
 
 // RS7: `cause` (the owner's death) cut off a call of idempotent `method`:
@@ -324,8 +327,7 @@ void call_method(const RRefStatePtr& s, const std::string& method, std::vector<V
                  });
   } catch (const RpcError& e) {
     // RS7: the owner is dead, a restart is to come (args were not moved: check_usable threw first).
-    if (rerun && e.info().kind == ErrorKind::OwnerDied && !s->restart->failure() &&
-        s->restart->restarts() < s->restart->max_restarts())
+    if (rerun && e.info().kind == ErrorKind::OwnerDied && restart_left(*s->restart))
       return rerun_after_restart(s, method, std::move(args), timeout, std::move(done), e.info());
     done(Outcome::failure(e.info()));
   }

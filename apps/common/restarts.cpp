@@ -158,19 +158,22 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
       std::fflush(stdout);
       continue;
     }
+    // R3, R4: counts `death` against its worker; true, with the job's
+    // verdict set and told, once that worker's restarts are spent.
+    auto spent = [&](const Death& death) {
+      int count = ++restarts[death.name];
+      if (count <= max_restarts) return false;
+      result.failed = death.name;
+      result.exit_code = 128 + death.signal;
+      std::fprintf(stderr, "%s: %s died (killed by signal %d) %d times; --max-restarts %d allows %d restart(s) per "
+                   "worker: the job fails\n",
+                   command.c_str(), death.name.c_str(), death.signal, count, max_restarts, max_restarts);
+      return true;
+    };
     if (max_restarts > 0 && !holds_rank_zero) {  // R7
       if (auto lost = notes->rank_zero_lost(specs)) {
         // A death of this host's own in the same round counts, as in R3.
-        if (!result.died.empty() && ++restarts[result.died.front().name] > max_restarts) {
-          const auto& death = result.died.front();
-          result.failed = death.name;
-          result.exit_code = 128 + death.signal;
-          std::fprintf(stderr, "%s: %s died (killed by signal %d) %d times; --max-restarts %d allows %d restart(s) "
-                       "per worker: the job fails\n",
-                       command.c_str(), death.name.c_str(), death.signal, restarts[death.name], max_restarts,
-                       max_restarts);
-          return result;
-        }
+        if (!result.died.empty() && spent(result.died.front())) return result;
         if (++followed > max_restarts * int(job_workers)) {
           result.exit_code = result.exit_code ? result.exit_code : 1;
           std::fprintf(stderr, "%s: rank 0 was lost again (%s) after %d restarts of the job; --max-restarts %d "
@@ -188,15 +191,8 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
     }
     if (max_restarts == 0 || result.exit_code == 0 || result.died.empty()) return result;  // R1, R5
     const auto& death = result.died.front();  // the first death seen caused the others' ends
-    int count = ++restarts[death.name];
-    if (count > max_restarts) {  // R3: the death is the verdict, whoever was reaped first
-      result.failed = death.name;
-      result.exit_code = 128 + death.signal;
-      std::fprintf(stderr, "%s: %s died (killed by signal %d) %d times; --max-restarts %d allows %d restart(s) per "
-                   "worker: the job fails\n",
-                   command.c_str(), death.name.c_str(), death.signal, count, max_restarts, max_restarts);
-      return result;
-    }
+    if (spent(death)) return result;  // R3: the death is the verdict, whoever was reaped first
+    int count = restarts[death.name];
     std::printf("[launch] %s died (killed by signal %d): restarting the job (restart %d of %d for %s); it resumes "
                 "from its last checkpoint\n",
                 death.name.c_str(), death.signal, count, max_restarts, death.name.c_str());
