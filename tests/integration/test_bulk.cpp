@@ -153,6 +153,43 @@ TEST_CASE("one bulk link keeps its messages in the order they were sent (B3), pl
   CHECK_FALSE(world.leaked());
 }
 
+TEST_CASE("small messages queued behind a large one leave in batches and arrive in order, the payload intact (B9), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  auto certs = tls ? make_certs("bulk-batch", {"worker0", "worker1"}) : std::string();
+  LocalWorld world(2, [&](WorkerOptions& o) {
+    if (tls) o.tls = tls_files(certs, o.name);
+  });
+  auto log = world[0].remote<ArrivalLog>("worker1");
+  // The link is open once a large message went: it waits for the link.
+  CHECK(log.rpc_sync(&ArrivalLog::record, int64_t(0), at::full({int64_t(1) << 17}, 0.f)) == 1);
+  // A 32 MiB tensor keeps the link's writer busy while 300 small calls
+  // queue behind it: the writer sends them up to 64 at a time, and the
+  // receiver reads them several to a recv. Then large and small in turn, so
+  // that tensor bytes follow small frames the receiver has read ahead.
+  const int64_t smalls = 300;
+  std::vector<Future<int64_t>> calls;
+  std::vector<int64_t> expected{0};
+  auto send = [&](int64_t i, at::Tensor t) {
+    expected.push_back(i);
+    calls.push_back(log.rpc_async(&ArrivalLog::record, i, t));
+  };
+  auto big = at::rand({int64_t(8) << 20});
+  send(1, big);
+  for (int64_t i = 2; i < 2 + smalls; ++i) send(i, at::full({4}, float(i)));
+  for (int64_t i = 2 + smalls; i < 2 + smalls + 10; ++i) send(i, i % 2 ? at::full({int64_t(1) << 18}, float(i)) : at::ones({3}));
+  for (auto& f : calls) CHECK(f.wait(milliseconds(30000)) >= 2);
+  CHECK(log.rpc_sync(&ArrivalLog::arrivals) == expected);
+  // The large tensor's bytes come back whole after all that.
+  CHECK(world[0].rpc_sync<at::Tensor>("worker1", "identity", big).equal(big));
+  CHECK(lane_sent(world[0]) >= uint64_t(smalls + 5));
+  log = RRef<ArrivalLog>();
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
 TEST_CASE("small calls and replies ride the link once it is open, from many threads at once (B8), plain and TLS") {
   bool tls = false;
   SUBCASE("plain") { tls = false; }

@@ -27,6 +27,10 @@ using namespace bulk;
 
 namespace {
 
+// B9: what the writer sends in one write when small frames wait together.
+constexpr size_t kMaxBatchFrames = 64;
+constexpr size_t kMaxBatchBytes = 256 * 1024;
+
 // B4: a message a broken link did not send fails now: our request here, our
 // reply at the caller (through CAF). A request failed here was counted as
 // sent and will never be received: it is uncounted, or termination detection
@@ -182,11 +186,11 @@ bool BulkPath::open(Link& link) {
 }
 
 // B8: the writer sends only what a caller could not send itself (a frame
-// with large tensors, or one queued behind another), one frame at a time
-// whoever writes.
+// with large tensors, or one queued behind another), one write at a time
+// whoever writes. B9: small frames queued together leave in one write.
 void BulkPath::write_loop(Link& link) {
   for (;;) {
-    Frame out;
+    std::vector<Frame> out;
     std::deque<Frame> unsent;
     bool ending = false;
     {
@@ -198,8 +202,13 @@ void BulkPath::write_loop(Link& link) {
         link.broken = true;
         unsent.swap(link.queue);
       } else {
-        out = std::move(link.queue.front());
-        link.queue.pop_front();
+        size_t bytes = 0;
+        do {
+          bytes += link.queue.front().head.size();
+          out.push_back(std::move(link.queue.front()));
+          link.queue.pop_front();
+        } while (out.back().tensors.empty() && !link.queue.empty() && link.queue.front().tensors.empty() &&
+                 out.size() < kMaxBatchFrames && bytes < kMaxBatchBytes);
         link.writing = true;
       }
     }
@@ -208,17 +217,27 @@ void BulkPath::write_loop(Link& link) {
       for (auto& m : unsent) fail_unsent(rt_, link.to, m, why);
       return;
     }
-    if (!write_frame(link, out)) return;
+    if (!write_frames(link, out.data(), out.size())) return;
   }
 }
 
-// Writes `out`, which the caller took with `writing` set; clears it. On a
-// break, fails `out` and everything queued (B4). Returns whether it was sent.
-bool BulkPath::write_frame(Link& link, Frame& out) {
+// Writes the `n` frames at `out`, which the caller took with `writing` set
+// (more than one only when none has large tensors: B9); clears `writing`.
+// On a break, fails them and everything queued (B4). Returns whether they
+// were sent.
+bool BulkPath::write_frames(Link& link, Frame* out, size_t n) {
   uint64_t bytes = 0;
-  for (auto& t : out.tensors) bytes += wire::wire_bytes(t);
+  for (size_t i = 0; i < n; ++i)
+    for (auto& t : out[i].tensors) bytes += wire::wire_bytes(t);
   errno = 0;
-  bool sent = send_frame(rt_, link, out);
+  bool sent;
+  if (n == 1) {
+    sent = send_frame(rt_, link, out[0]);
+  } else {  // B9: one write (one TLS record) for all; the copy is of small heads only
+    std::vector<char> joined;
+    for (size_t i = 0; i < n; ++i) joined.insert(joined.end(), out[i].head.begin(), out[i].head.end());
+    sent = link.stream.write_all(joined.data(), joined.size());
+  }
   int err = errno;
   std::deque<Frame> lost;
   {
@@ -231,14 +250,15 @@ bool BulkPath::write_frame(Link& link, Frame& out) {
   }
   link.cv.notify_all();  // the writer (queued frames), stop() (waits for `writing`)
   if (sent) {
-    (out.tensors.empty() ? rt_.stats.lane_sent : rt_.stats.bulk_sent).fetch_add(1, std::memory_order_relaxed);
+    for (size_t i = 0; i < n; ++i)
+      (out[i].tensors.empty() ? rt_.stats.lane_sent : rt_.stats.bulk_sent).fetch_add(1, std::memory_order_relaxed);
     rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
     return true;
   }
-  // B4: this frame and everything queued behind it fail now.
+  // B4: these frames and everything queued behind them fail now.
   auto why = "the bulk link to worker " + rt_.name_of(link.to) + " broke" +
              (err ? std::string(": ") + std::strerror(err) : std::string());
-  lost.push_front(std::move(out));
+  for (size_t i = n; i-- > 0;) lost.push_front(std::move(out[i]));
   if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name().c_str(), why.c_str());
   for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
   return false;

@@ -55,7 +55,7 @@ class BulkPath {
   Link* link_to(WorkerId to, bool wait);            // bulk_link.cpp
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
-  bool write_frame(Link& link, bulk::Frame& out);   // bulk_link.cpp
+  bool write_frames(Link& link, bulk::Frame* out, size_t n);  // bulk_link.cpp
   void start_reader(Admitted admitted);             // on the door's thread
   void read_loop(bulk::Stream& stream);             // bulk_reader.cpp
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
