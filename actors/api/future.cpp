@@ -1,5 +1,10 @@
 // Future support: blocking rules, default callback runner, user exceptions.
 #include "actors/api/future.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
 #include "actors/api/registry.hpp"
 
 #include "actors/calls/executor.hpp"
@@ -16,6 +21,62 @@ WaitGuard::WaitGuard() : scope_(nullptr) {
 }
 
 WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); }
+
+// Note [Waiting for a reply]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A small call's reply comes back within a few tens of microseconds, and a
+// caller asleep on a condition variable costs the completing thread a futex
+// wake and itself a trip through the scheduler before it runs again: one of
+// the four thread wakes of a call's round trip (B8 of Note [Bulk path]).
+//  WR1 So a wait first watches the future's flag for up to 100 µs
+//      (spin_limit(); less if its timeout is shorter), yielding the core
+//      after every few looks so that another thread on the same core (the
+//      reader that will complete it, the peer's executor on two cores) runs
+//      first; only then does it sleep on the condition variable. Measured
+//      on a 2-core VM, the same build with and without: a small rpc_sync
+//      takes 0.63-0.68 of its time without; dist autograd 1-hop 0.87, the
+//      parameter-server and pipeline benches unchanged (bench/README.md).
+//  WR2 The watch comes after WaitGuard: a wait that would block a CAF
+//      thread is refused as before, and an executor thread counts as
+//      blocked (E2) while it watches.
+//  WR3 What a watch costs is bounded: at most the limit of one core per
+//      wait, against a wake that a sleep would cost anyway. CASTOR_WAIT_SPIN_US
+//      sets another limit (0: sleep at once), for hosts whose cores are all
+//      taken by other work.
+namespace {
+constexpr long kSpinLimitDefaultUs = 100;  // WR1, WR3: a small call's round trip on a 2-core VM
+
+std::chrono::microseconds spin_limit() {
+  static const std::chrono::microseconds limit = [] {
+    const char* v = std::getenv("CASTOR_WAIT_SPIN_US");
+    char* end = nullptr;
+    long us = v && *v ? std::strtol(v, &end, 10) : kSpinLimitDefaultUs;
+    if (v && *v && (*end != '\0' || us < 0 || us > 1000000)) us = kSpinLimitDefaultUs;
+    return std::chrono::microseconds(us);
+  }();
+  return limit;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
+bool FutureCore::spin_until_done(std::optional<std::chrono::milliseconds> timeout) const {
+  auto limit = timeout ? std::min<std::chrono::microseconds>(*timeout, spin_limit()) : spin_limit();
+  if (limit.count() == 0) return done_seen_.load(std::memory_order_acquire);
+  auto until = std::chrono::steady_clock::now() + limit;
+  do {
+    for (int i = 0; i < 16; ++i) {
+      if (done_seen_.load(std::memory_order_acquire)) return true;
+      cpu_relax();
+    }
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < until);
+  return done_seen_.load(std::memory_order_acquire);
+}
 
 ErrorInfo error_from_exception(std::exception_ptr e, const std::string& worker, const std::string& ran) {
   auto where = worker.empty() ? std::string() : "worker " + worker + ": ";

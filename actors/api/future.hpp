@@ -55,9 +55,11 @@ class FutureCore {
 
   /// Blocks until done (or `timeout` passes: returns false).
   bool wait_done(std::optional<std::chrono::milliseconds> timeout) const {
+    if (done_seen_.load(std::memory_order_acquire)) return true;
+    WaitGuard guard;
+    if (spin_until_done(timeout)) return true;
     std::unique_lock<std::mutex> lock(mtx_);
     if (done_) return true;
-    WaitGuard guard;
     if (!timeout) {
       cv_.wait(lock, [&] { return done_; });
       return true;
@@ -108,6 +110,7 @@ class FutureCore {
       if (done_) return false;
       set();
       done_ = true;
+      done_seen_.store(true, std::memory_order_release);
       cbs.swap(callbacks_);
       inline_cbs.swap(inline_callbacks_);
     }
@@ -128,9 +131,14 @@ class FutureCore {
       cb();
   }
 
+  /// Note [Waiting for a reply]: watches `done_seen_` for a short while
+  /// before the caller sleeps on `cv_` (future.cpp).
+  bool spin_until_done(std::optional<std::chrono::milliseconds> timeout) const;
+
   mutable std::mutex mtx_;
   mutable std::condition_variable cv_;
   bool done_ = false;
+  std::atomic<bool> done_seen_{false};  // done_, readable without the lock
   std::optional<ErrorInfo> error_;
   std::vector<std::function<void()>> callbacks_;
   std::vector<std::function<void()>> inline_callbacks_;  // run by complete() itself

@@ -77,6 +77,35 @@ TEST_CASE("wait with a timeout, wait_all and collect_all") {
   CHECK(collect_all(std::vector<Future<int64_t>>{}).wait().empty());
 }
 
+TEST_CASE("a wait sees a completion that comes while it watches and one that comes after it sleeps (Note [Waiting for a reply])") {
+  using std::chrono::microseconds;
+  using Clock = std::chrono::steady_clock;
+  // Completed 20 µs in: within the watch (WR1). 20 ms in: long after it, so
+  // the waiter sleeps and the completion's notify wakes it.
+  for (auto delay : {microseconds(20), microseconds(20000)}) {
+    CAPTURE(delay.count());
+    Promise<int64_t> p;
+    std::thread t([p, delay] {
+      std::this_thread::sleep_for(delay);
+      p.set_value(delay.count());
+    });
+    CHECK(p.future().wait(milliseconds(5000)) == delay.count());
+    CHECK(p.future().wait() == delay.count());  // done: at once
+    t.join();
+  }
+  // A timeout shorter than the watch still holds (WR1): 1 ms, not 100 µs
+  // of watching and then a full millisecond of sleep on top.
+  Promise<int64_t> never;
+  auto start = Clock::now();
+  CHECK_THROWS_AS(never.future().wait(milliseconds(1)), TimeoutError);
+  CHECK(Clock::now() - start >= milliseconds(1));
+  // An error found by the watch is thrown like one found after a sleep.
+  Promise<int64_t> failing;
+  std::thread f([failing] { failing.set_error("late"); });
+  CHECK_THROWS_WITH_AS(failing.future().wait(milliseconds(5000)), doctest::Contains("late"), RemoteError);
+  f.join();
+}
+
 TEST_CASE("blocking on a CAF scheduler thread is refused, not a deadlock") {
   Promise<int64_t> p;
   auto f = p.future();
