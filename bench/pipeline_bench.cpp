@@ -4,6 +4,8 @@
 // this one process with libtorch (the faster of 1 thread and the machine's
 // cores). Pipelining pays when samples/s rise with micro-batches until the
 // stages overlap.
+#include <algorithm>
+
 #include "apps/pipeline/pipeline.hpp"
 #include "bench_suites.hpp"
 
@@ -38,6 +40,18 @@ std::vector<Figure> bench_pipeline(const Options& opts) {
     out.emplace_back("pipeline_mb" + std::to_string(micro) + "_test_accuracy", points.back().accuracy, Better::higher);
   }
   out.emplace_back("pipeline_mb4_over_mb1", rates[4] / rates[1], Better::higher);
+  // What pipelining can give this model at best, with no message cost: each
+  // stage's forward and backward timed alone in this process (a, b), at the
+  // whole batch and at a quarter of it. Two stages on their own cores take
+  // about a4 + b4 + 3 max(a4, b4) for four micro-batches, against a1 + b1
+  // for one: the slower stage bounds the gain, whatever the transport.
+  auto whole = apps::pipeline::time_stages(cfg, cfg.batch, 50);
+  auto quarter = apps::pipeline::time_stages(cfg, cfg.batch / 4, 50);
+  out.emplace_back("pipeline_stage1_share", whole.first / (whole.first + whole.second), Better::higher);
+  out.emplace_back("pipeline_ideal_mb4_over_mb1",
+                   (whole.first + whole.second) /
+                       (quarter.first + quarter.second + 3 * std::max(quarter.first, quarter.second)),
+                   Better::higher);
   out.emplace_back("pipeline_mb4_of_single_process", rates[4] / single, Better::higher);
   return out;
 }

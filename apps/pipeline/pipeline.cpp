@@ -5,6 +5,7 @@
 // stages by distributed autograd; one DistributedOptimizer steps both.
 #include "apps/pipeline/pipeline.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <stdexcept>
@@ -203,6 +204,35 @@ std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg,
     points.push_back(run_epoch(cfg, epoch, train, test, gen, train_step, logits_of));
   }
   return points;
+}
+
+StageSeconds time_stages(const PipelineConfig& cfg, int64_t rows, int reps) {
+  check(cfg);
+  at::set_num_threads(1);
+  FirstStage first(784, cfg.hidden1);
+  SecondStage second(cfg.hidden1, cfg.hidden2);
+  auto images = at::rand({rows, 784});
+  auto labels = at::randint(10, {rows}, at::kLong);
+  std::vector<double> firsts, seconds;
+  for (int r = 0; r < reps; ++r) {
+    auto start = Clock::now();
+    auto hidden = first(images);
+    double forward = seconds_since(start);
+    // Stage 2 sees a leaf, as on its own worker: its time ends with the
+    // gradient it sends back.
+    auto received = hidden.detach().requires_grad_(true);
+    start = Clock::now();
+    loss_of(second(received), labels).backward();
+    seconds.push_back(seconds_since(start));
+    start = Clock::now();
+    hidden.backward(received.grad());
+    firsts.push_back(forward + seconds_since(start));
+  }
+  auto median_of = [](std::vector<double> v) {
+    std::nth_element(v.begin(), v.begin() + std::ptrdiff_t(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  return {median_of(firsts), median_of(seconds)};
 }
 
 }  // namespace castor::apps::pipeline

@@ -40,6 +40,14 @@ void check(const PipelineConfig& cfg);
 std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
                                      const std::function<void(const CurvePoint&)>& on_epoch = {});
 
+/// Seconds one forward and backward pass of each stage takes alone on
+/// `rows` random samples in this process, on one intra-op thread (the median
+/// of `reps`): what bounds the gain of pipelining the two stages.
+struct StageSeconds {
+  double first = 0, second = 0;
+};
+StageSeconds time_stages(const PipelineConfig& cfg, int64_t rows, int reps);
+
 /// The same model, data, order and batch in this one process with libtorch
 /// on `threads` intra-op threads (micro-batches do not apply).
 std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg, int threads);
