@@ -233,7 +233,7 @@ bool BulkPath::write_frames(Link& link, Frame* out, size_t n) {
   bool sent;
   if (n == 1) {
     sent = send_frame(rt_, link, out[0]);
-  } else {  // B9: one write (one TLS record) for all; the copy is of small heads only
+  } else {  // B9: one write (one SSL_write) for all; the copy is of small heads only
     std::vector<char> joined;
     for (size_t i = 0; i < n; ++i) joined.insert(joined.end(), out[i].head.begin(), out[i].head.end());
     sent = link.stream.write_all(joined.data(), joined.size());

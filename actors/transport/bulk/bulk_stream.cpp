@@ -55,10 +55,10 @@ bool Stream::write_all(const void* data, size_t n) {
 
 // B9 of Note [Bulk path]: a frame's head is read field by field (B1), and a
 // small frame is a few hundred bytes: a recv per field cost five syscalls a
-// frame. A plain link reads what the socket has, up to kReadAhead, and serves
-// the fields from there; a read of at least half that (tensor bytes) takes
-// what was read ahead and then goes straight into its destination, so B1's
-// "no copy in user space" holds for large tensors.
+// frame. A plain link's reader reads what the socket has, up to kReadAhead,
+// and serves the fields from there; a read of at least half that (tensor
+// bytes) takes what was read ahead and then goes straight into its
+// destination, so B1's "no copy in user space" holds for large tensors.
 constexpr size_t kReadAhead = 64 * 1024;
 
 bool Stream::read_plain(char* p, size_t n) {
@@ -80,7 +80,7 @@ bool Stream::read_plain(char* p, size_t n) {
 }
 
 bool Stream::read_all(void* data, size_t n) {
-  if (!ssl_) return read_plain(static_cast<char*>(data), n);
+  if (!ssl_) return read_ahead_ ? read_plain(static_cast<char*>(data), n) : net::read_all(fd_, data, n);
   return tls_all(ssl_.get(), static_cast<char*>(data), n, [](SSL* s, char* p, int k) { return SSL_read(s, p, k); });
 }
 

@@ -20,6 +20,10 @@ class Stream {
   Stream(int fd, SslPtr ssl);
 
   int fd() const { return fd_; }
+  /// B9 of Note [Bulk path]: plain reads from now on take what the socket
+  /// holds, up to 64 KiB, and serve later reads from it. For a link's
+  /// reader; a sending side reads only one-byte answers.
+  void read_ahead() { read_ahead_ = true; }
   bool tls() const { return ssl_ != nullptr; }
 
   /// Writes / reads exactly `n` bytes; false when the link ended, broke or
@@ -34,9 +38,10 @@ class Stream {
 
   int fd_ = -1;
   SslPtr ssl_;
-  // Plain links read ahead into this buffer (TLS reads ahead in OpenSSL), so
-  // that a frame's head and envelope, and the frames queued behind it, come
-  // in one recv, not one per field (B9 of Note [Bulk path]).
+  // A plain link's reader reads ahead into this buffer (TLS reads ahead in
+  // OpenSSL), so that a frame's head and envelope, and the frames queued
+  // behind it, come in one recv, not one per field (B9 of Note [Bulk path]).
+  bool read_ahead_ = false;
   std::unique_ptr<char[]> ahead_;
   size_t ahead_begin_ = 0, ahead_end_ = 0;
 };
