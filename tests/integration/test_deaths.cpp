@@ -170,6 +170,7 @@ void kill_worker1_at(const std::string& point) {
   }
   if (point == "fork not yet confirmed")  // the owner's confirmations are late: worker1 dies first
     o2.faults.rules = {FaultRule{"child_accept", 0, 0, milliseconds(2000)}, FaultRule{"ack", 0, 0, milliseconds(2000)}};
+  if (point == "small calls queued behind a large one") o0.bulk_same_host = false;  // the bytes on the socket
   auto starting2 = std::async(std::launch::async, [o2] { return init_rpc(o2); });
   auto w0 = init_rpc(o0);
   auto w2 = starting2.get();
@@ -219,6 +220,17 @@ void kill_worker1_at(const std::string& point) {
       tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
       // Mid-transfer: "the bulk link to worker worker1 broke: ..."; after it,
       // "worker worker1 is unreachable": both name it and the cause.
+      expected_error = "worker worker1";
+    } else if (point == "small calls queued behind a large one") {
+      // B9 of Note [Bulk path]: a 64 MiB tensor on the socket keeps the
+      // link's writer busy while 100 small calls queue behind it, to leave
+      // in batches; the kill cuts the link with some of them written and
+      // some still queued. Every one fails, naming worker1.
+      auto warm = at::arange(int64_t(1) << 18, at::kFloat);
+      CHECK(at::equal(w0.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
+      auto big = at::arange(int64_t(16) << 20, at::kFloat);
+      tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
+      for (int i = 0; i < 100; ++i) int_calls.push_back(w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000)));
       expected_error = "worker worker1";
     } else if (point == "small calls on the lane") {
       // B8: once worker0's link to worker1 is open, small calls ride it;
@@ -273,7 +285,8 @@ void kill_worker1_at(const std::string& point) {
 
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
-                            "bulk transfer, TLS", "small calls on the lane", "nested call"}) {
+                            "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
+                            "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }
