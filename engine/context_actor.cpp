@@ -61,10 +61,9 @@ struct context_state {
 using context_pointer = protocol_pointer<context_state, context_actor>;
 
 void send_to_peer(WorkerServices* rt, WorkerId to, const ContextControl& msg) {
-  auto peer = rt->world().peer(to);
-  if (!peer) return;
+  if (!rt->world().peer(to)) return;
   rt->counters().sent.fetch_add(1);
-  caf::anon_send(*peer, msg);
+  rt->send_to_peer(to, ContextControl(msg));
 }
 
 void answer(WorkerServices* rt, const IncomingGrad& ig, std::optional<ErrorInfo> error) {
@@ -233,15 +232,14 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
 
 void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from, const std::optional<ErrorInfo>& error) {
   if (grad.request == 0) return;  // C2 of Note [FAST mode]: it wants no answer
-  auto peer = rt.world().peer(from);
-  if (!peer) return;
+  if (!rt.world().peer(from)) return;
   BackwardDone done;
   done.context = grad.context;
   done.request = grad.request;
   done.ok = !error;
   if (error) done.error = *error;
   rt.counters().sent.fetch_add(1);
-  caf::anon_send(*peer, std::move(done));
+  rt.send_to_peer(from, std::move(done));
 }
 
 context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads) {

@@ -269,7 +269,7 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     g.participants = st.start.participants;
     for (auto& t : o.grads) g.grads.push_back(t.defined() ? Value(std::move(t)) : Value());
     st.rt->counters().sent.fetch_add(1);
-    caf::anon_send(*peer, std::move(g));
+    st.rt->send_to_peer(o.to, std::move(g));
   }
   if (last_word) {
     st.start.first.reset();  // answered by the gradients just sent

@@ -28,7 +28,7 @@ void transmit(context_pointer self, WorkerId to, const char* kind, const Message
     if (plan.delay.count() > 0)
       self->delayed_send(*peer, plan.delay, msg);
     else
-      self->send(*peer, msg);
+      self->state.rt->send_to_peer(to, Message(msg));  // B10 of Note [Bulk path]
   }
 }
 

@@ -7,6 +7,14 @@
 
 #include "messages/call.hpp"
 
+namespace castor {
+struct BackwardGrad;
+struct BackwardDone;
+struct ContextControl;
+struct RRefControl;
+struct RRefControlAck;
+}  // namespace castor
+
 namespace castor::detail {
 
 class Runtime;
@@ -26,5 +34,14 @@ void deliver_request(Runtime& rt, CallRequest&& req, const caf::strong_actor_ptr
 /// Counts `reply` as received and completes its pending call, if any (a late
 /// reply after a timeout or a death is dropped quietly).
 void deliver_reply(Runtime& rt, CallReply&& reply, ChunkAssembler* chunks);
+
+/// Counts a protocol message from a peer (the autograd ones, Note [Graceful
+/// shutdown]) and hands it to the RRef or autograd layer (B10 of Note [Bulk
+/// path]). The caller checked that it is well formed and from a live peer.
+void deliver_protocol(Runtime& rt, BackwardGrad&& g);
+void deliver_protocol(Runtime& rt, BackwardDone&& d);
+void deliver_protocol(Runtime& rt, ContextControl&& c);
+void deliver_protocol(Runtime& rt, RRefControl&& m);
+void deliver_protocol(Runtime& rt, RRefControlAck&& a);
 
 }  // namespace castor::detail

@@ -22,7 +22,12 @@
 
 namespace castor {
 class Worker;
-}
+struct BackwardGrad;
+struct BackwardDone;
+struct ContextControl;
+struct RRefControl;
+struct RRefControlAck;
+}  // namespace castor
 
 namespace castor::detail {
 
@@ -77,6 +82,16 @@ class WorkerServices {
   Completion replier(caf::strong_actor_ptr caller, const CallRequest& req) const;
   /// ... and running a function, builtin or ATen operator for it.
   void execute(CallRequest&& req, Completion done) const;
+
+  // -- protocol messages -------------------------------------------------------
+  /// Sends one to the worker actor of peer `to`: on the direct lane when
+  /// its link is open, else through CAF (B10 of Note [Bulk path]); dropped
+  /// when `to` is not a live peer. From any thread; never waits.
+  void send_to_peer(WorkerId to, BackwardGrad&& msg) const;
+  void send_to_peer(WorkerId to, BackwardDone&& msg) const;
+  void send_to_peer(WorkerId to, ContextControl&& msg) const;
+  void send_to_peer(WorkerId to, RRefControl&& msg) const;
+  void send_to_peer(WorkerId to, RRefControlAck&& msg) const;
 
   // -- the layers, and the handle user code sees -------------------------------
   RRefHooks* rrefs() const;

@@ -43,7 +43,8 @@ struct MessageStats {
   std::array<std::atomic<uint64_t>, kNumMessageTypes> received{};
   std::array<LatencyHistogram, kNumCallLatencyKinds> latency;
   // Note [Bulk path]: messages with large tensors and their bytes on the
-  // bulk links (B1), and the other calls and replies on them (B8).
+  // bulk links (B1), and the other calls, replies (B8) and protocol
+  // messages (B10) on them.
   std::atomic<uint64_t> bulk_sent{0}, bulk_bytes_sent{0}, bulk_received{0}, bulk_bytes_received{0};
   std::atomic<uint64_t> lane_sent{0}, lane_received{0};
   // RJ6 of Note [Rejoin]: messages from a dead life of a peer, refused.

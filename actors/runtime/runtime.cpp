@@ -12,6 +12,8 @@
 #include "actors/observe/inspector.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/transport.hpp"
+#include "messages/autograd_proto.hpp"
+#include "messages/rref_proto.hpp"
 
 namespace castor::detail {
 
@@ -124,6 +126,18 @@ Completion WorkerServices::replier(caf::strong_actor_ptr caller, const CallReque
 void WorkerServices::execute(CallRequest&& req, Completion done) const {
   execute_request(&rt_, std::move(req), std::move(done));
 }
+namespace {
+template <class Message>
+void send_protocol(Runtime& rt, WorkerId to, Message& msg) {
+  if (rt.bulk && rt.bulk->try_send(to, msg)) return;  // B10 of Note [Bulk path]
+  if (auto peer = rt.world().peer(to)) caf::anon_send(*peer, std::move(msg));
+}
+}  // namespace
+void WorkerServices::send_to_peer(WorkerId to, BackwardGrad&& msg) const { send_protocol(rt_, to, msg); }
+void WorkerServices::send_to_peer(WorkerId to, BackwardDone&& msg) const { send_protocol(rt_, to, msg); }
+void WorkerServices::send_to_peer(WorkerId to, ContextControl&& msg) const { send_protocol(rt_, to, msg); }
+void WorkerServices::send_to_peer(WorkerId to, RRefControl&& msg) const { send_protocol(rt_, to, msg); }
+void WorkerServices::send_to_peer(WorkerId to, RRefControlAck&& msg) const { send_protocol(rt_, to, msg); }
 RRefHooks* WorkerServices::rrefs() const { return rt_.rrefs.get(); }
 AutogradHooks* WorkerServices::autograd() const { return rt_.autograd.get(); }
 OptimizerHooks* WorkerServices::optimizer() const { return rt_.optimizer.get(); }

@@ -5,6 +5,7 @@
 #include <caf/io/middleman.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "actors/calls/delivery.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/runtime/worker_state.hpp"
 
@@ -67,34 +68,24 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       },
       [self](RRefControl& msg) {
         if (drop_stale(self) || drop_malformed(self, msg)) return;
-        self->state.rt->stats.count(MessageType::rref_control);
-        self->state.rt->rrefs->handle_control(std::move(msg));
+        deliver_protocol(*self->state.rt, std::move(msg));
       },
       [self](RRefControlAck& ack) {
         if (drop_stale(self)) return;
-        self->state.rt->stats.count(MessageType::rref_ack);
-        self->state.rt->rrefs->handle_ack(std::move(ack));
+        deliver_protocol(*self->state.rt, std::move(ack));
       },
       // -- distributed autograd (counted messages, see Note [Graceful shutdown])
       [self](BackwardGrad& g) {
         if (drop_stale(self) || drop_malformed(self, g)) return;
-        auto* rt = self->state.rt;
-        rt->counters.received.fetch_add(1);
-        rt->stats.count(MessageType::backward_grad);
-        auto from = g.from;
-        rt->autograd->handle_grad(std::move(g), from);
+        deliver_protocol(*self->state.rt, std::move(g));
       },
       [self](BackwardDone& d) {
         if (drop_stale(self) || drop_malformed(self, d)) return;
-        self->state.rt->counters.received.fetch_add(1);
-        self->state.rt->stats.count(MessageType::backward_done);
-        self->state.rt->autograd->handle_done(std::move(d));
+        deliver_protocol(*self->state.rt, std::move(d));
       },
       [self](ContextControl& c) {
         if (drop_stale(self) || drop_malformed(self, c)) return;
-        self->state.rt->counters.received.fetch_add(1);
-        self->state.rt->stats.count(MessageType::context_control);
-        self->state.rt->autograd->handle_control(std::move(c));
+        deliver_protocol(*self->state.rt, std::move(c));
       },
       [self](sweep_atom) { sweep_impl(self); },
       // -- rendezvous (rank 0 serves it through its name store) ---------------

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -22,12 +23,17 @@
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
+#include "messages/autograd_proto.hpp"
 #include "messages/rendezvous.hpp"
+#include "messages/rref_proto.hpp"
+#include "actors/api/worker_access.hpp"
+#include "actors/hooks/worker_services.hpp"
 #include "actors/runtime/testing.hpp"
 #include "engine/context.hpp"
 #include "rref/rref.hpp"
 #include "support/arrival_log.hpp"
 #include "support/certs.hpp"
+#include "support/errors.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
 
@@ -41,6 +47,38 @@ uint64_t bulk_sent(Worker& w) { return castor::testing::runtime(w).stats.bulk_se
 uint64_t bulk_received(Worker& w) { return castor::testing::runtime(w).stats.bulk_received.load(); }
 uint64_t lane_sent(Worker& w) { return castor::testing::runtime(w).stats.lane_sent.load(); }
 uint64_t lane_received(Worker& w) { return castor::testing::runtime(w).stats.lane_received.load(); }
+
+using castor::detail::MessageType;
+uint64_t handled(Worker& w, MessageType t) { return castor::testing::runtime(w).stats.received[size_t(t)].load(); }
+
+// What `w` handled of the kinds a lane carries: calls and replies (B8) and
+// protocol messages (B10), whichever way they came.
+uint64_t handled_lane_kinds(Worker& w) {
+  uint64_t n = 0;
+  for (auto t : {MessageType::call_request, MessageType::call_reply, MessageType::rref_control, MessageType::rref_ack,
+                 MessageType::backward_grad, MessageType::backward_done, MessageType::context_control})
+    n += handled(w, t);
+  return n;
+}
+
+// Opens both workers' links: a small message does not wait for one, so
+// calls go through CAF until each link's writer has opened it.
+bool open_lanes(LocalWorld& world) {
+  auto x = at::rand({4});
+  return eventually([&] {
+    return at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x) &&
+           at::equal(world[1].rpc_sync<at::Tensor>("worker0", "identity", x), x) && lane_sent(world[0]) >= 1 &&
+           lane_sent(world[1]) >= 1;
+  });
+}
+
+// The options of a two-worker world in a TLS cluster (B6) when `tls`, its
+// certificates made under `tag`; none (plain) otherwise.
+std::function<void(WorkerOptions&)> tls_if(bool tls, const std::string& tag) {
+  if (!tls) return {};
+  auto certs = make_certs(tag, {"worker0", "worker1"});
+  return [certs](WorkerOptions& o) { o.tls = tls_files(certs, o.name); };
+}
 
 // A link's writer thread counts a send after the receiver's answer, which on
 // one host can come after the call's reply has arrived: counters are checked
@@ -56,10 +94,7 @@ TEST_CASE("large tensors take the bulk path both ways, small ones ride the same 
   SUBCASE("plain") { tls = false; }
   SUBCASE("TLS") { tls = true; }
   CAPTURE(tls);
-  auto certs = tls ? make_certs("bulk", {"worker0", "worker1"}) : std::string();
-  LocalWorld world(2, [&](WorkerOptions& o) {
-    if (tls) o.tls = tls_files(certs, o.name);
-  });
+  LocalWorld world(2, tls_if(tls, "bulk"));
   REQUIRE(castor::testing::runtime(world[0]).bulk != nullptr);
   auto big = at::rand({600, 600});            // 1.4 MB
   auto strided = at::rand({700, 400}).t();    // non-contiguous
@@ -124,10 +159,7 @@ TEST_CASE("one bulk link keeps its messages in the order they were sent (B3), pl
   SUBCASE("plain") { tls = false; }
   SUBCASE("TLS") { tls = true; }
   CAPTURE(tls);
-  auto certs = tls ? make_certs("bulk-order", {"worker0", "worker1"}) : std::string();
-  LocalWorld world(2, [&](WorkerOptions& o) {
-    if (tls) o.tls = tls_files(certs, o.name);
-  });
+  LocalWorld world(2, tls_if(tls, "bulk-order"));
   auto log = world[0].remote<ArrivalLog>("worker1");
   // Sizes from 512 KiB to 8 MiB in turn, and every third message small (B8:
   // written by the calling thread when the link is idle, else queued behind
@@ -158,10 +190,7 @@ TEST_CASE("small messages queued behind a large one leave in batches and arrive 
   SUBCASE("plain") { tls = false; }
   SUBCASE("TLS") { tls = true; }
   CAPTURE(tls);
-  auto certs = tls ? make_certs("bulk-batch", {"worker0", "worker1"}) : std::string();
-  LocalWorld world(2, [&](WorkerOptions& o) {
-    if (tls) o.tls = tls_files(certs, o.name);
-  });
+  LocalWorld world(2, tls_if(tls, "bulk-batch"));
   auto log = world[0].remote<ArrivalLog>("worker1");
   // The link is open once a large message went: it waits for the link.
   CHECK(log.rpc_sync(&ArrivalLog::record, int64_t(0), at::full({int64_t(1) << 17}, 0.f)) == 1);
@@ -195,10 +224,7 @@ TEST_CASE("small calls and replies ride the link once it is open, from many thre
   SUBCASE("plain") { tls = false; }
   SUBCASE("TLS") { tls = true; }
   CAPTURE(tls);
-  auto certs = tls ? make_certs("bulk-lane", {"worker0", "worker1"}) : std::string();
-  LocalWorld world(2, [&](WorkerOptions& o) {
-    if (tls) o.tls = tls_files(certs, o.name);
-  });
+  LocalWorld world(2, tls_if(tls, "bulk-lane"));
   // A small message does not wait for the link: it opens in the background
   // and the message goes through CAF meanwhile.
   auto x = at::rand({4});
@@ -235,6 +261,84 @@ TEST_CASE("small calls and replies ride the link once it is open, from many thre
   CHECK(lane_sent(world[0]) - sent == uint64_t(threads * per_thread));
   CHECK(eventually([&] { return lane_received(world[0]) - received == uint64_t(threads * per_thread); }));
   CHECK(bulk_sent(world[0]) == 0);
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("protocol messages ride an open link: a backward pass's gradient, a context's cleanup, an RRef's delete and ack (B10), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  LocalWorld world(2, tls_if(tls, "bulk-protocol"));
+  REQUIRE(open_lanes(world));
+  const uint64_t lane0 = lane_received(world[0]), lane1 = lane_received(world[1]);
+  const uint64_t kinds0 = handled_lane_kinds(world[0]), kinds1 = handled_lane_kinds(world[1]);
+  const uint64_t grads1 = handled(world[1], MessageType::backward_grad);
+  const uint64_t cleanup1 = handled(world[1], MessageType::context_control);
+  const uint64_t control0 = handled(world[0], MessageType::rref_control);
+  const uint64_t acks1 = handled(world[1], MessageType::rref_ack);
+
+  auto a = at::rand({3}).set_requires_grad(true);
+  {
+    autograd::Context ctx(world[0]);
+    auto c = world[0].rpc_sync<at::Tensor>("worker1", "my_add", a, a);
+    ctx.backward({(c * c).sum()});
+    CHECK(at::allclose(ctx.gradients().at(a), 8 * a.detach()));  // d/da (2a)^2
+  }  // the context ends here, and with it worker1's part (a cleanup)
+  auto t = at::arange(4, at::kFloat);
+  {
+    auto r = world[0].make_rref(t);
+    // worker1 holds a fork while its call runs; dropping it deletes the
+    // fork at the owner (a control message), which acknowledges it.
+    CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "rref_sum", r), t.sum()));
+  }
+  CHECK(eventually([&] { return handled(world[1], MessageType::backward_grad) > grads1; }));
+  CHECK(eventually([&] { return handled(world[1], MessageType::context_control) > cleanup1; }));
+  CHECK(eventually([&] { return handled(world[0], MessageType::rref_control) > control0; }));
+  CHECK(eventually([&] { return handled(world[1], MessageType::rref_ack) > acks1; }));
+  // Every one of them, and every call and reply, came on the lane.
+  CHECK(eventually([&] {
+    return lane_received(world[0]) - lane0 == handled_lane_kinds(world[0]) - kinds0 &&
+           lane_received(world[1]) - lane1 == handled_lane_kinds(world[1]) - kinds1;
+  }));
+  CAPTURE(lane_received(world[0]) - lane0);
+  CAPTURE(handled_lane_kinds(world[0]) - kinds0);
+  CHECK(bulk_sent(world[0]) == 0);
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("protocol messages queued on a link that breaks go through CAF instead, each exactly once (B10)") {
+  LocalWorld world(2);
+  REQUIRE(open_lanes(world));
+  auto& services = castor::detail::services(world[0]);
+  const uint64_t acks1 = handled(world[1], MessageType::rref_ack);
+  // A 64 MiB tensor keeps the link's writer busy; the acks (of control
+  // messages worker1 never sent: it ignores them, but counts them) queue
+  // behind it, and the link is shut under them.
+  auto big = at::rand({int64_t(16) << 20});
+  auto call = world[0].rpc_async<at::Tensor>("worker1", "identity", big);
+  const int n = 50;
+  for (int i = 0; i < n; ++i) services.send_to_peer(1, RRefControlAck{ControlId(0, uint64_t(1000000 + i))});
+  castor::testing::runtime(world[0]).bulk->peer_down(1);
+  // The large call may have left before the link was shut; if not, it
+  // fails at once (B4), naming worker1.
+  std::optional<at::Tensor> back;
+  std::string failed;
+  try {
+    back = call.wait(milliseconds(30000));
+  } catch (const UnreachableError& e) {
+    failed = e.what();
+  }
+  CAPTURE(failed);
+  CHECK((back ? at::equal(*back, big) : contains(failed, "worker1")));
+  CHECK(eventually([&] { return handled(world[1], MessageType::rref_ack) - acks1 == uint64_t(n); }));
+  std::this_thread::sleep_for(milliseconds(200));
+  CHECK(handled(world[1], MessageType::rref_ack) - acks1 == uint64_t(n));  // none twice
+  // The broken link is not used again; CAF carries on.
+  auto x = at::rand({4});
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x));
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

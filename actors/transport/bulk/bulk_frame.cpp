@@ -2,9 +2,25 @@
 // writer sends before the tensors' bytes (B1 of Note [Bulk path]).
 #include "actors/transport/bulk/bulk_frame.hpp"
 
+#include "messages/autograd_proto.hpp"
+#include "messages/call.hpp"
 #include "messages/tensor_wire.hpp"
 
 namespace castor::detail::bulk {
+
+std::vector<Value*> values_in(CallRequest& m) {
+  std::vector<Value*> out;
+  for (auto& a : m.args) out.push_back(&a);
+  return out;
+}
+
+std::vector<Value*> values_in(CallReply& m) { return {&m.result}; }
+
+std::vector<Value*> values_in(BackwardGrad& m) {
+  std::vector<Value*> out;
+  for (auto& g : m.grads) out.push_back(&g);
+  return out;
+}
 
 bool has_large(const Value& v, size_t threshold) {
   if (v.is_list()) {

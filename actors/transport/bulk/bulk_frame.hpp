@@ -10,14 +10,24 @@
 
 #include <ATen/core/Tensor.h>
 #include <caf/binary_serializer.hpp>
+#include <caf/message.hpp>
 
 #include "messages/ids.hpp"
 #include "messages/value.hpp"
+
+namespace castor {
+struct CallRequest;
+struct CallReply;
+struct BackwardGrad;
+}  // namespace castor
 
 namespace castor::detail::bulk {
 
 inline constexpr uint32_t kMagic = 0x31425343;  // "CSB1"
 inline constexpr uint8_t kRequest = 1, kReply = 2;
+// B10: protocol messages to the peer's worker actor.
+inline constexpr uint8_t kBackwardGrad = 3, kBackwardDone = 4, kContextControl = 5, kRRefControl = 6, kRRefAck = 7;
+inline constexpr uint8_t kLastFrameType = kRRefAck;
 inline constexpr uint8_t kBytesFollow = 0, kAddresses = 1;  // B1 or B7
 inline constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T', kRefused = 'R';
 inline constexpr int kGreetingLimitSeconds = 5;
@@ -42,6 +52,16 @@ std::vector<char> envelope_of(Message& msg) {
   return buf;
 }
 
+/// The values of a message in which its large tensors travel apart (B1,
+/// B10); a message without any has none.
+std::vector<Value*> values_in(CallRequest& m);
+std::vector<Value*> values_in(CallReply& m);
+std::vector<Value*> values_in(BackwardGrad& m);
+template <class Message>
+std::vector<Value*> values_in(Message&) {
+  return {};
+}
+
 /// Whether `v` holds a tensor of at least `threshold` bytes.
 bool has_large(const Value& v, size_t threshold);
 
@@ -58,6 +78,7 @@ struct Frame {
   std::vector<char> head;  // type, mode, envelope length, tensor count, tensor lengths, envelope
   std::vector<at::Tensor> tensors;
   CallId call;  // requests: failed at once if the link breaks (B4)
+  caf::message fallback;  // protocol messages: sent through CAF if the link breaks (B10)
 };
 
 Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);

@@ -36,6 +36,11 @@ constexpr size_t kMaxBatchBytes = 256 * 1024;
 // sent and will never be received: it is uncounted, or termination detection
 // would wait for it forever.
 void fail_unsent(Runtime& rt, WorkerId to, Frame& m, const std::string& why) {
+  if (m.type != kRequest && m.type != kReply) {  // B10: a protocol message goes through CAF after all
+    if (auto peer = rt.world().peer(to))
+      caf::actor_cast<caf::actor>(*peer)->enqueue(nullptr, caf::make_message_id(), std::move(m.fallback), nullptr);
+    return;  // a dead peer: as CAF would, it is dropped (its counts go with the peer)
+  }
   if (m.type == kRequest) {
     rt.counters.sent.fetch_sub(1, std::memory_order_relaxed);
     if (auto call = rt.pending.take(m.call))

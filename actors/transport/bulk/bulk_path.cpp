@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <system_error>
 
+#include <caf/make_message.hpp>
+
 #include "actors/api/errors.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_link.hpp"
@@ -15,6 +17,8 @@
 #include "actors/transport/door.hpp"
 #include "actors/transport/sockets.hpp"
 #include "actors/transport/transport.hpp"
+#include "messages/autograd_proto.hpp"
+#include "messages/rref_proto.hpp"
 
 namespace castor::detail {
 
@@ -104,11 +108,31 @@ namespace castor::detail {
 //      with castor-bench rpc, the build before against the build after in
 //      the same hour: a small call 0.77-0.93 of its time before, rpc_async
 //      calls/s 1.01-1.19x (bench/README.md).
-//      Only in worlds of up to kLaneMaxWorld workers: each link has its own
-//      reader and writer threads, and an all-to-all round among 128 workers
-//      on one host opened 16,000 links at once, ran out of threads and
-//      stalled the doors. Larger worlds keep the links for large tensors
-//      until one epoll thread per worker reads them all.
+//  B10. Protocol messages on the lane. A message for a peer's worker actor
+//      (an RRef control message or its ack, a gradient, its answer, a
+//      context's cleanup or abort) goes on the link when it is open
+//      (WorkerServices::send_to_peer), as its own frame type: the CAF
+//      encoding of the typed message, a gradient's large tensors apart as in
+//      B1. Its sender is a protocol actor on CAF's multiplexer (Note [Where
+//      actors run]), so it never waits for a dial: an unopened link sends
+//      through CAF, and the link's writer opens it meanwhile. The reader
+//      checks it as the worker actor would (a malformed one goes to the
+//      actor, which reports it: B5) and hands it to the RRef or autograd
+//      layer with the same counts (deliver_protocol), which posts it to its
+//      actor's mailbox: the typed message is handled by the same actor,
+//      whatever carried its bytes. A frame that a broken link did not send
+//      goes through CAF after all (a copy taken before B1 took its tensors
+//      out), so a break loses nothing that CAF would have delivered; a
+//      message for a dead peer is dropped, as CAF drops it. Order: the
+//      link keeps these in order among themselves and with the calls;
+//      across the switch from CAF to the link (and back after a break) two
+//      messages may cross, which the protocols allow (B3, Note [RRef
+//      protocol], Note [Released contexts]).
+//  The lane (B8-B10) is only for worlds of up to kLaneMaxWorld workers:
+//  each link has its own reader and writer threads, and an all-to-all round
+//  among 128 workers on one host opened 16,000 links at once, ran out of
+//  threads and stalled the doors. Larger worlds keep the links for large
+//  tensors until one epoll thread per worker reads them all.
 
 using namespace bulk;
 
@@ -141,21 +165,25 @@ BulkPath::~BulkPath() { stop(); }
 // meanwhile leaves the message untouched for CAF (B4). B8: an idle link
 // takes a frame without large tensors from this thread at once.
 bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
-                    const std::function<std::vector<char>()>& encode) {
-  // B8: a message with a large tensor waits for the link to open (it is
-  // what the link is for); any other goes through CAF until it is open.
+                    const std::function<std::vector<char>()>& encode, const std::function<caf::message()>& fallback) {
+  // B8: a call or reply with a large tensor waits for the link to open (it
+  // is what the link is for); any other message goes through CAF until it
+  // is open, and so does every protocol message (B10: their senders run on
+  // CAF's multiplexer, which must never wait for a dial).
   bool large = false;
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
   if (!large && rt_.world().size() > size_t(kLaneMaxWorld)) return false;
-  auto* link = link_to(to, large);
+  auto* link = link_to(to, large && !fallback);
   if (!link) return false;
   Frame frame;
   {
     std::lock_guard<std::mutex> lock(link->mtx);
     if (link->broken || stopping_) return false;
+    auto copy = fallback ? fallback() : caf::message{};  // before extract() changes the message
     std::vector<at::Tensor> tensors;
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
     frame = make_frame(type, encode(), std::move(tensors), id);
+    frame.fallback = std::move(copy);
     if (!frame.tensors.empty() || link->writing || !link->queue.empty() || on_reader_thread ||
         !net::has_send_room(link->stream.fd(), frame.head.size() + kSendRoomMargin)) {
       link->queue.push_back(std::move(frame));
@@ -169,14 +197,24 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
 }
 
 bool BulkPath::try_send(WorkerId to, CallRequest& msg) {
-  std::vector<Value*> values;
-  for (auto& a : msg.args) values.push_back(&a);
-  return push(to, kRequest, msg.id, values, [&msg] { return envelope_of(msg); });
+  return push(to, kRequest, msg.id, values_in(msg), [&msg] { return envelope_of(msg); });
 }
 
 bool BulkPath::try_send(WorkerId to, CallReply& msg) {
-  return push(to, kReply, msg.id, {&msg.result}, [&msg] { return envelope_of(msg); });
+  return push(to, kReply, msg.id, values_in(msg), [&msg] { return envelope_of(msg); });
 }
+
+template <class Message>
+bool BulkPath::push_protocol(WorkerId to, uint8_t type, Message& msg) {
+  return push(to, type, CallId{}, values_in(msg), [&msg] { return envelope_of(msg); },
+              [&msg] { return caf::make_message(msg); });
+}
+
+bool BulkPath::try_send(WorkerId to, BackwardGrad& msg) { return push_protocol(to, kBackwardGrad, msg); }
+bool BulkPath::try_send(WorkerId to, BackwardDone& msg) { return push_protocol(to, kBackwardDone, msg); }
+bool BulkPath::try_send(WorkerId to, ContextControl& msg) { return push_protocol(to, kContextControl, msg); }
+bool BulkPath::try_send(WorkerId to, RRefControl& msg) { return push_protocol(to, kRRefControl, msg); }
+bool BulkPath::try_send(WorkerId to, RRefControlAck& msg) { return push_protocol(to, kRRefAck, msg); }
 
 // On the door's thread, for each admitted bulk connection (B6: with its TLS
 // session in a TLS cluster).

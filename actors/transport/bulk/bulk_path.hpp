@@ -13,7 +13,17 @@
 #include <thread>
 #include <vector>
 
+#include <caf/fwd.hpp>
+
 #include "messages/call.hpp"
+
+namespace castor {
+struct BackwardGrad;
+struct BackwardDone;
+struct ContextControl;
+struct RRefControl;
+struct RRefControlAck;
+}  // namespace castor
 
 namespace castor::detail {
 
@@ -40,6 +50,14 @@ class BulkPath {
   /// is broken: the caller sends through CAF instead.
   bool try_send(WorkerId to, CallRequest& msg);
   bool try_send(WorkerId to, CallReply& msg);
+  /// B10: a protocol message for the peer's worker actor, only when the
+  /// link is open already (a protocol actor never waits for a dial); false
+  /// (and `msg` untouched) when it is not: the caller sends through CAF.
+  bool try_send(WorkerId to, BackwardGrad& msg);
+  bool try_send(WorkerId to, BackwardDone& msg);
+  bool try_send(WorkerId to, ContextControl& msg);
+  bool try_send(WorkerId to, RRefControl& msg);
+  bool try_send(WorkerId to, RRefControlAck& msg);
 
   /// B8: `rank` was found dead: its outgoing link is shut, so that no
   /// thread waits on a write to a host that vanished. Its readers deliver
@@ -58,8 +76,10 @@ class BulkPath {
   bool write_frames(Link& link, bulk::Frame* out, size_t n);  // bulk_link.cpp
   void start_reader(Admitted admitted);             // on the door's thread
   void read_loop(bulk::Stream& stream);             // bulk_reader.cpp
+  template <class Message>
+  bool push_protocol(WorkerId to, uint8_t type, Message& msg);  // B10
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
-            const std::function<std::vector<char>()>& encode);
+            const std::function<std::vector<char>()>& encode, const std::function<caf::message()>& fallback = {});
 
   Runtime& rt_;
   uint16_t port_ = 0;

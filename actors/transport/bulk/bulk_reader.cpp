@@ -7,6 +7,8 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <type_traits>
+#include <variant>
 
 #include <caf/binary_deserializer.hpp>
 #include <caf/logger.hpp>
@@ -19,12 +21,45 @@
 #include "actors/transport/bulk/bulk_stream.hpp"
 #include "actors/transport/bulk/receive_blocks.hpp"
 #include "actors/transport/bulk/same_host.hpp"
+#include "messages/autograd_proto.hpp"
 #include "messages/rendezvous.hpp"
+#include "messages/rref_proto.hpp"
 #include "messages/tensor_wire.hpp"
 
 namespace castor::detail {
 
 using namespace bulk;
+
+namespace {
+
+// What a frame of each type carries (B1, B10).
+using LaneMessage =
+    std::variant<CallRequest, CallReply, BackwardGrad, BackwardDone, ContextControl, RRefControl, RRefControlAck>;
+static_assert(std::variant_size_v<LaneMessage> == kLastFrameType, "one alternative per frame type, in their order");
+
+LaneMessage empty_message(uint8_t type) {
+  switch (type) {
+    case kRequest: return CallRequest{};
+    case kReply: return CallReply{};
+    case kBackwardGrad: return BackwardGrad{};
+    case kBackwardDone: return BackwardDone{};
+    case kContextControl: return ContextControl{};
+    case kRRefControl: return RRefControl{};
+    default: return RRefControlAck{};
+  }
+}
+
+// Why decoding failed (Note [Hostile input]); an ack has nothing to refuse.
+template <class Message>
+const std::string& malformed_of(const Message& m) {
+  return m.malformed;
+}
+const std::string& malformed_of(const RRefControlAck&) {
+  static const std::string none;
+  return none;
+}
+
+}  // namespace
 
 void BulkPath::read_loop(Stream& stream) {
   int fd = stream.fd();
@@ -90,25 +125,23 @@ void BulkPath::read_loop(Stream& stream) {
     if (!stream.read_all(&type, 1)) return (void)::shutdown(fd, SHUT_RDWR);  // closed between frames: the peer is done
     if (!stream.read_all(&mode, 1) || !stream.read_all(&env_len, 8) || !stream.read_all(&count, 4))
       return drop("truncated frame");
-    if ((type != kRequest && type != kReply) || (mode != kBytesFollow && mode != kAddresses) ||
+    if (type < kRequest || type > kLastFrameType || (mode != kBytesFollow && mode != kAddresses) ||
         (mode == kAddresses && !same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
       return drop("malformed frame header");
     std::vector<uint64_t> lengths(count);
     std::vector<char> env(env_len);
     if (!stream.read_all(lengths.data(), 8 * size_t(count)) || !stream.read_all(env.data(), env.size()))
       return drop("truncated frame");
-    CallRequest req;
-    CallReply reply;
+    auto message = empty_message(type);
     std::vector<Value*> slots;
     caf::binary_deserializer source{nullptr, env};
     caf::error err;
-    if (type == kRequest) {
-      err = source(req);
-      for (auto& a : req.args) placeholders(a, slots);
-    } else {
-      err = source(reply);
-      placeholders(reply.result, slots);
-    }
+    std::visit(
+        [&](auto& m) {
+          err = source(m);
+          for (auto* v : values_in(m)) placeholders(*v, slots);
+        },
+        message);
     if (err || slots.size() != count) return drop("malformed envelope");
     std::vector<uint64_t> addresses(mode == kAddresses ? count : 0);
     if (!addresses.empty() && !stream.read_all(addresses.data(), 8 * size_t(count))) return drop("truncated frame");
@@ -163,19 +196,29 @@ void BulkPath::read_loop(Stream& stream) {
       if (rt_.world().member(from).incarnation != incarnation) rt_.stats.stale_refused.fetch_add(1);  // RJ6
       return drop("worker " + rt_.name_of(from) + " was found dead");
     }
-    if (type == kRequest && !req.malformed.empty()) {
-      caf::send_as(sender, rt_.actor, std::move(req));
-    } else if (type == kRequest) {
-      if (req.caller != from) return drop("a call from rank " + std::to_string(req.caller) + " on its link");
-      rt_.stats.count(MessageType::call_request);
-      deliver_request(rt_, std::move(req), caf::actor_cast<caf::strong_actor_ptr>(sender), nullptr);
-    } else if (reply.malformed.empty()) {
-      rt_.stats.count(MessageType::call_reply);
-      deliver_reply(rt_, std::move(reply), nullptr);
-    } else {
-      caf::send_as(sender, rt_.actor, std::move(reply));
-    }
+    std::string refused;
+    std::visit(
+        [&](auto& m) {
+          using Message = std::decay_t<decltype(m)>;
+          if (!malformed_of(m).empty()) {
+            caf::send_as(sender, rt_.actor, std::move(m));
+          } else if constexpr (std::is_same_v<Message, CallRequest>) {
+            if (m.caller != from) {
+              refused = "a call from rank " + std::to_string(m.caller) + " on its link";
+              return;
+            }
+            rt_.stats.count(MessageType::call_request);
+            deliver_request(rt_, std::move(m), caf::actor_cast<caf::strong_actor_ptr>(sender), nullptr);
+          } else if constexpr (std::is_same_v<Message, CallReply>) {
+            rt_.stats.count(MessageType::call_reply);
+            deliver_reply(rt_, std::move(m), nullptr);
+          } else {
+            deliver_protocol(rt_, std::move(m));  // B10
+          }
+        },
+        message);
     caf::logger::set_current_actor_system(nullptr);
+    if (!refused.empty()) return drop(refused);
   }
 }
 
