@@ -384,51 +384,67 @@ TEST_CASE("garbage on a bulk port closes that link, the worker keeps serving") {
   CHECK(at::equal(out, big));
 }
 
-TEST_CASE("a call on a bulk link must name the link's own rank as its caller: a forged one closes the link (B8)") {
+TEST_CASE("a call or gradient on a bulk link must name the link's own rank as its sender; a forged one, or an unknown frame type, closes the link (B8, B10)") {
   namespace bulk = castor::detail::bulk;
   LocalWorld world(2);
   // A stranger that passed worker1's door and greets as worker0's link (the
   // greeting's rank is checked against the world only: B3).
-  castor::detail::DialOptions opts;
-  opts.wire_version = uint16_t(castor::kWireProtocolVersion);
-  auto d = castor::detail::dial(opts, "127.0.0.1", castor::testing::runtime(world[1]).bulk->port(),
-                                castor::detail::door::Purpose::bulk,
-                                castor::detail::net::Clock::now() + std::chrono::seconds(5));
-  REQUIRE(d.ok());
-  castor::detail::net::set_nonblocking(d.fd, false);
-  timeval limit{10, 0};
-  ::setsockopt(d.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-  auto send_bytes = [&](const std::vector<char>& bytes) {
-    REQUIRE(::send(d.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) == ssize_t(bytes.size()));
+  auto greet = [&]() -> int {
+    castor::detail::DialOptions opts;
+    opts.wire_version = uint16_t(castor::kWireProtocolVersion);
+    auto d = castor::detail::dial(opts, "127.0.0.1", castor::testing::runtime(world[1]).bulk->port(),
+                                  castor::detail::door::Purpose::bulk,
+                                  castor::detail::net::Clock::now() + std::chrono::seconds(5));
+    REQUIRE(d.ok());
+    castor::detail::net::set_nonblocking(d.fd, false);
+    timeval limit{10, 0};
+    ::setsockopt(d.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    std::vector<char> hello;
+    bulk::put(hello, bulk::kMagic);
+    bulk::put(hello, int32_t(0));
+    bulk::put(hello, uint32_t(castor::kWireProtocolVersion));
+    bulk::put(hello, int32_t(0));   // pid: none
+    bulk::put(hello, uint32_t(0));  // host identity: none
+    bulk::put(hello, uint32_t(1));  // life 1 of worker0, as the world knows it
+    REQUIRE(::send(d.fd, hello.data(), hello.size(), MSG_NOSIGNAL) == ssize_t(hello.size()));
+    char answer = 0;
+    REQUIRE(::recv(d.fd, &answer, 1, 0) == 1);
+    CHECK(answer == bulk::kOtherHost);
+    return d.fd;
   };
-  std::vector<char> hello;
-  bulk::put(hello, bulk::kMagic);
-  bulk::put(hello, int32_t(0));
-  bulk::put(hello, uint32_t(castor::kWireProtocolVersion));
-  bulk::put(hello, int32_t(0));   // pid: none
-  bulk::put(hello, uint32_t(0));  // host identity: none
-  bulk::put(hello, uint32_t(1));  // life 1 of worker0, as the world knows it
-  send_bytes(hello);
-  char answer = 0;
-  REQUIRE(::recv(d.fd, &answer, 1, 0) == 1);
-  CHECK(answer == bulk::kOtherHost);
-  auto call = [&](castor::WorkerId caller, uint64_t n) {
-    castor::CallRequest req;
-    req.id = castor::CallId(0, uint64_t(1) << 40 | n);
-    req.caller = caller;
-    req.function = "sleep_ms";
-    req.args = {castor::Value(int64_t(1))};
-    send_bytes(bulk::make_frame(bulk::kRequest, bulk::envelope_of(req), {}, req.id).head);
+  // Sends `head` on a new link and checks that worker1 closes it.
+  auto closed_after = [&](const std::vector<char>& head) {
+    int fd = greet();
+    REQUIRE(::send(fd, head.data(), head.size(), MSG_NOSIGNAL) == ssize_t(head.size()));
+    char byte = 0;
+    bool closed = ::recv(fd, &byte, 1, 0) == 0;
+    ::close(fd);
+    return closed;
   };
   // A call that claims to come from worker1 itself: worker1 closes the
   // link without running it. (A call in worker0's name would run: a
   // stranger at a door without a secret is a peer, which the warning at
   // start says.)
   auto before = finished_slow_calls.load();
-  call(1, 1);
-  char byte = 0;
-  CHECK(::recv(d.fd, &byte, 1, 0) == 0);
-  ::close(d.fd);
+  castor::CallRequest req;
+  req.id = castor::CallId(0, uint64_t(1) << 40 | 1);
+  req.caller = 1;
+  req.function = "sleep_ms";
+  req.args = {castor::Value(int64_t(1))};
+  CHECK(closed_after(bulk::make_frame(bulk::kRequest, bulk::envelope_of(req), {}, req.id).head));
+  // A gradient whose answer would go to worker1 itself (B10).
+  const auto grads = handled(world[1], MessageType::backward_grad);
+  castor::BackwardGrad grad;
+  grad.context = castor::ContextId(0, 77);
+  grad.from = 1;
+  grad.request = 5;
+  grad.grads = {castor::Value(at::ones({2}))};
+  CHECK(closed_after(bulk::make_frame(bulk::kBackwardGrad, bulk::envelope_of(grad), {}, {}).head));
+  CHECK(handled(world[1], MessageType::backward_grad) == grads);
+  // A frame type this version does not know.
+  auto unknown = bulk::make_frame(bulk::kRequest, bulk::envelope_of(req), {}, req.id).head;
+  unknown[0] = char(bulk::kLastFrameType + 1);
+  CHECK(closed_after(unknown));
   CHECK(world[0].rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(1)) == 1);
   CHECK(finished_slow_calls.load() == before + 1);  // that call, not the forged one
   world.shutdown_all();

@@ -117,7 +117,8 @@ namespace castor::detail {
 //      actors run]), so it never waits for a dial: an unopened link sends
 //      through CAF, and the link's writer opens it meanwhile. The reader
 //      checks it as the worker actor would (a malformed one goes to the
-//      actor, which reports it: B5) and hands it to the RRef or autograd
+//      actor, which reports it: B5; a gradient must name the link's rank as
+//      its sender, as a call must in B8) and hands it to the RRef or autograd
 //      layer with the same counts (deliver_protocol), which posts it to its
 //      actor's mailbox: the typed message is handled by the same actor,
 //      whatever carried its bytes. A frame that a broken link did not send

@@ -209,6 +209,12 @@ void BulkPath::read_loop(Stream& stream) {
             }
             rt_.stats.count(MessageType::call_request);
             deliver_request(rt_, std::move(m), caf::actor_cast<caf::strong_actor_ptr>(sender), nullptr);
+          } else if constexpr (std::is_same_v<Message, BackwardGrad>) {
+            if (m.from != from) {  // its answer would go to another worker (B10, as B8 for a call)
+              refused = "a gradient from rank " + std::to_string(m.from) + " on its link";
+              return;
+            }
+            deliver_protocol(rt_, std::move(m));
           } else if constexpr (std::is_same_v<Message, CallReply>) {
             rt_.stats.count(MessageType::call_reply);
             deliver_reply(rt_, std::move(m), nullptr);
