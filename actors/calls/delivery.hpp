@@ -6,14 +6,7 @@
 #include <caf/actor_control_block.hpp>
 
 #include "messages/call.hpp"
-
-namespace castor {
-struct BackwardGrad;
-struct BackwardDone;
-struct ContextControl;
-struct RRefControl;
-struct RRefControlAck;
-}  // namespace castor
+#include "messages/protocol_fwd.hpp"
 
 namespace castor::detail {
 

@@ -19,15 +19,11 @@
 #include "actors/cluster/message_counters.hpp"
 #include "actors/cluster/world.hpp"
 #include "messages/call.hpp"
+#include "messages/protocol_fwd.hpp"
 
 namespace castor {
 class Worker;
-struct BackwardGrad;
-struct BackwardDone;
-struct ContextControl;
-struct RRefControl;
-struct RRefControlAck;
-}  // namespace castor
+}
 
 namespace castor::detail {
 

@@ -16,14 +16,7 @@
 #include <caf/fwd.hpp>
 
 #include "messages/call.hpp"
-
-namespace castor {
-struct BackwardGrad;
-struct BackwardDone;
-struct ContextControl;
-struct RRefControl;
-struct RRefControlAck;
-}  // namespace castor
+#include "messages/protocol_fwd.hpp"
 
 namespace castor::detail {
 
