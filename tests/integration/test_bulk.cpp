@@ -384,7 +384,7 @@ TEST_CASE("garbage on a bulk port closes that link, the worker keeps serving") {
   CHECK(at::equal(out, big));
 }
 
-TEST_CASE("a call or gradient on a bulk link must name the link's own rank as its sender; a forged one, or an unknown frame type, closes the link (B8, B10)") {
+TEST_CASE("a call or gradient on a bulk link must name the link's own rank as its sender: a forged one, or an unknown frame type, closes the link (B8, B10)") {
   namespace bulk = castor::detail::bulk;
   LocalWorld world(2);
   // A stranger that passed worker1's door and greets as worker0's link (the
