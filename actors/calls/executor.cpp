@@ -33,6 +33,8 @@
 //     alive (the Runtime is then never freed, Note [Shutdown bound]).
 #include "actors/calls/executor.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -94,6 +96,7 @@ bool Executor::saturated_locked() const {
 }
 
 void Executor::monitor_main() {
+  ::pthread_setname_np(::pthread_self(), "castor-exec-mon");  // else it bears its creator's name
   std::unique_lock<std::mutex> lock(mtx_);
   while (!stopping_) {
     if (!saturated_locked() || limit_ >= opts_.threads) {
@@ -129,6 +132,7 @@ void Executor::add_runnable_locked() {
 }
 
 void Executor::thread_main() {
+  ::pthread_setname_np(::pthread_self(), "castor-exec");  // else it bears its creator's name (any thread may grow the pool)
   tl_current = this;
   if (opts_.on_thread_start) opts_.on_thread_start();
   std::unique_lock<std::mutex> lock(mtx_);

@@ -2,6 +2,7 @@
 // listens for and runs its greeting (and TLS handshake) without blocking.
 #include "actors/transport/door.hpp"
 
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -150,6 +151,7 @@ Door::Door(DoorOptions opts) : opts_(std::move(opts)), loop_(std::make_unique<Lo
 }
 
 void Door::run() {
+  ::pthread_setname_np(::pthread_self(), "castor-door");
   auto& L = *loop_;
   // Ends a greeting: off epoll, off the per-host count, erased after the batch.
   auto end = [&](Greeting& g) {

@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -84,6 +86,44 @@ std::function<void(WorkerOptions&)> tls_if(bool tls, const std::string& tag) {
 // one host can come after the call's reply has arrived: counters are checked
 // once they settle (castor::test::eventually), not at the instant the call
 // returns.
+
+// A stranger that passed worker1's door and greets as worker0's link (the
+// greeting's rank is checked against the world only: B3). Its socket, blocking.
+int greet_as_worker0(LocalWorld& world) {
+  namespace bulk = castor::detail::bulk;
+  castor::detail::DialOptions opts;
+  opts.wire_version = uint16_t(castor::kWireProtocolVersion);
+  auto d = castor::detail::dial(opts, "127.0.0.1", castor::testing::runtime(world[1]).bulk->port(),
+                                castor::detail::door::Purpose::bulk,
+                                castor::detail::net::Clock::now() + std::chrono::seconds(5));
+  REQUIRE(d.ok());
+  castor::detail::net::set_nonblocking(d.fd, false);
+  timeval limit{10, 0};
+  ::setsockopt(d.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+  std::vector<char> hello;
+  bulk::put(hello, bulk::kMagic);
+  bulk::put(hello, int32_t(0));
+  bulk::put(hello, uint32_t(castor::kWireProtocolVersion));
+  bulk::put(hello, int32_t(0));   // pid: none
+  bulk::put(hello, uint32_t(0));  // host identity: none
+  bulk::put(hello, uint32_t(1));  // life 1 of worker0, as the world knows it
+  REQUIRE(::send(d.fd, hello.data(), hello.size(), MSG_NOSIGNAL) == ssize_t(hello.size()));
+  char answer = 0;
+  REQUIRE(::recv(d.fd, &answer, 1, 0) == 1);
+  CHECK(answer == bulk::kOtherHost);
+  return d.fd;
+}
+
+// Threads of this process named `name` (B11 names the bulk path's).
+int threads_named(const std::string& name) {
+  int n = 0;
+  for (auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    if (std::getline(comm, line) && line == name) ++n;
+  }
+  return n;
+}
 
 }  // namespace
 
@@ -387,31 +427,7 @@ TEST_CASE("garbage on a bulk port closes that link, the worker keeps serving") {
 TEST_CASE("a call or gradient on a bulk link must name the link's own rank as its sender: a forged one, or an unknown frame type, closes the link (B8, B10)") {
   namespace bulk = castor::detail::bulk;
   LocalWorld world(2);
-  // A stranger that passed worker1's door and greets as worker0's link (the
-  // greeting's rank is checked against the world only: B3).
-  auto greet = [&]() -> int {
-    castor::detail::DialOptions opts;
-    opts.wire_version = uint16_t(castor::kWireProtocolVersion);
-    auto d = castor::detail::dial(opts, "127.0.0.1", castor::testing::runtime(world[1]).bulk->port(),
-                                  castor::detail::door::Purpose::bulk,
-                                  castor::detail::net::Clock::now() + std::chrono::seconds(5));
-    REQUIRE(d.ok());
-    castor::detail::net::set_nonblocking(d.fd, false);
-    timeval limit{10, 0};
-    ::setsockopt(d.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
-    std::vector<char> hello;
-    bulk::put(hello, bulk::kMagic);
-    bulk::put(hello, int32_t(0));
-    bulk::put(hello, uint32_t(castor::kWireProtocolVersion));
-    bulk::put(hello, int32_t(0));   // pid: none
-    bulk::put(hello, uint32_t(0));  // host identity: none
-    bulk::put(hello, uint32_t(1));  // life 1 of worker0, as the world knows it
-    REQUIRE(::send(d.fd, hello.data(), hello.size(), MSG_NOSIGNAL) == ssize_t(hello.size()));
-    char answer = 0;
-    REQUIRE(::recv(d.fd, &answer, 1, 0) == 1);
-    CHECK(answer == bulk::kOtherHost);
-    return d.fd;
-  };
+  auto greet = [&] { return greet_as_worker0(world); };
   // Sends `head` on a new link and checks that worker1 closes it.
   auto closed_after = [&](const std::vector<char>& head) {
     int fd = greet();
@@ -468,6 +484,95 @@ TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
   CHECK(at::equal(out, big));
   CHECK(bulk_sent(world[0]) == 0);
   CHECK(eventually([&] { return bulk_sent(world[1]) == 1; }));  // the reply still took worker1's own link
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("one receiver thread reads all of a worker's links, and writers end when idle (B11), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  const int n = 4;
+  std::function<void(WorkerOptions&)> tweak;
+  if (tls) {
+    auto certs = make_certs("bulk-b11", {"worker0", "worker1", "worker2", "worker3"});
+    tweak = [certs](WorkerOptions& o) { o.tls = tls_files(certs, o.name); };
+  }
+  LocalWorld world(n, tweak);
+  // Every worker calls every other until a whole round rode the lanes: each
+  // worker then took n-1 calls and n-1 replies on n-1 links of its own.
+  auto x = at::rand({4});
+  int wrong = 0;
+  CHECK(eventually([&] {
+    std::vector<uint64_t> before;
+    for (int i = 0; i < n; ++i) before.push_back(lane_received(world[size_t(i)]));
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j)
+        if (i != j && !at::equal(world[size_t(i)].rpc_sync<at::Tensor>("worker" + std::to_string(j), "identity", x), x))
+          ++wrong;
+    for (int i = 0; i < n; ++i)
+      if (lane_received(world[size_t(i)]) - before[size_t(i)] != uint64_t(2 * (n - 1))) return false;
+    return true;
+  }));
+  CHECK(wrong == 0);
+  // One receiver per worker, whatever the number of its links.
+  CHECK(threads_named("castor-bulk-in") == n);
+  // The writers that opened the links end once idle (a second); a lane
+  // needs none while its frames leave from their senders' threads.
+  CHECK(eventually([&] { return threads_named("castor-bulk-out") == 0; }));
+  // A large tensor queues for a writer, which starts again.
+  auto big = at::rand({512, 512});
+  auto before = bulk_received(world[1]);
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", big), big));
+  CHECK(bulk_received(world[1]) == before + 1);
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("a peer that stops mid-frame holds only its own link: the receiver reads the others meanwhile (B11)") {
+  namespace bulk = castor::detail::bulk;
+  LocalWorld world(2);
+  CHECK(open_lanes(world));
+  // Stranger 1 stops inside an envelope, stranger 2 inside a tensor's bytes.
+  castor::CallRequest req;
+  req.id = castor::CallId(0, uint64_t(1) << 40 | 2);
+  req.caller = 0;
+  req.function = "identity";
+  req.args = {castor::Value(at::ones({4}))};
+  auto in_envelope = bulk::make_frame(bulk::kRequest, bulk::envelope_of(req), {}, req.id).head;
+  int stalled_envelope = greet_as_worker0(world);
+  REQUIRE(::send(stalled_envelope, in_envelope.data(), in_envelope.size() - 5, MSG_NOSIGNAL) ==
+          ssize_t(in_envelope.size() - 5));
+  castor::CallRequest large = req;
+  large.args = {castor::Value(at::ones({1 << 20}))};  // 4 MiB
+  std::vector<at::Tensor> tensors;
+  castor::detail::IdGenerator<castor::TransferId> ids(0);
+  for (auto& a : large.args) bulk::extract(a, 1024, ids, tensors);
+  REQUIRE(tensors.size() == 1);
+  auto in_tensor = bulk::make_frame(bulk::kRequest, bulk::envelope_of(large), tensors, large.id).head;
+  int stalled_tensor = greet_as_worker0(world);
+  REQUIRE(::send(stalled_tensor, in_tensor.data(), in_tensor.size(), MSG_NOSIGNAL) == ssize_t(in_tensor.size()));
+  std::vector<char> half(size_t(1) << 21, 0);
+  REQUIRE(::send(stalled_tensor, half.data(), half.size(), MSG_NOSIGNAL) == ssize_t(half.size()));
+  // worker0's own link into worker1 goes on: small calls and a large one.
+  auto received = lane_received(world[1]);
+  for (int i = 0; i < 50; ++i) {
+    auto v = at::full({4}, float(i));
+    CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", v), v));
+  }
+  CHECK(lane_received(world[1]) - received == 50);
+  auto big = at::rand({512, 512});
+  auto out = bounded(milliseconds(30000), "a large call beside two stalled links",
+                     [&] { return world[0].rpc_sync<at::Tensor>("worker1", "identity", big); });
+  CHECK(at::equal(out, big));
+  // The strangers give up: their links close, nothing of them ran.
+  auto handled_calls = handled(world[1], MessageType::call_request);
+  ::close(stalled_envelope);
+  ::close(stalled_tensor);
+  std::this_thread::sleep_for(milliseconds(200));
+  CHECK(handled(world[1], MessageType::call_request) == handled_calls);
+  CHECK(world[0].rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(1)) == 1);
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

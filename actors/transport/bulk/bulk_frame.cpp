@@ -56,6 +56,16 @@ void placeholders(Value& v, std::vector<Value*>& out) {
   }
 }
 
+void restore(const std::vector<Value*>& values, std::vector<at::Tensor>& tensors) {
+  std::vector<Value*> slots;
+  for (auto* v : values) placeholders(*v, slots);
+  for (size_t i = 0; i < slots.size() && i < tensors.size(); ++i) {
+    bool requires_grad = slots[i]->to_external().requires_grad;
+    *slots[i] = Value(std::move(tensors[i]));
+    if (requires_grad) slots[i]->to_tensor().set_requires_grad(true);
+  }
+}
+
 Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call) {
   Frame out;
   out.type = type;

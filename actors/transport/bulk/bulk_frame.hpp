@@ -72,6 +72,10 @@ void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vect
 /// The placeholders in `v`, in the order extract() made them.
 void placeholders(Value& v, std::vector<Value*>& out);
 
+/// Undoes extract(): the tensors it took out go back in their placeholders
+/// (for a message that goes through CAF after all: B11).
+void restore(const std::vector<Value*>& values, std::vector<at::Tensor>& tensors);
+
 /// One message as a writer sends it.
 struct Frame {
   uint8_t type = 0;

@@ -2,6 +2,7 @@
 // thread (B1), and what a broken link does to the messages it held (B4).
 #include "actors/transport/bulk/bulk_link.hpp"
 
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -27,6 +28,9 @@ using namespace bulk;
 
 namespace {
 
+// B11: writer threads of one worker, and how long one waits idle before it ends.
+constexpr int kMaxWriters = 32;
+constexpr auto kWriterIdle = std::chrono::seconds(1);
 // B9: what the writer sends in one write when small frames wait together.
 constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kMaxBatchBytes = 256 * 1024;
@@ -115,21 +119,38 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
   if (link->stream.fd() >= 0) return link;
   // B8: the link's writer opens it, so that no sender (which may be a CAF
   // thread) waits on a dial or a greeting it did not ask to wait for.
-  if (!link->writer.joinable()) {
-    try {
-      link->writer = std::thread([this, link] {
-        if (open(*link)) write_loop(*link);
-      });
-    } catch (const std::system_error& e) {  // out of threads (a big world on a small host): CAF carries on (B4)
-      link->broken = true;
-      std::fprintf(stderr, "castor[%s]: no bulk link to worker %s: cannot start its thread (%s); its messages go through CAF\n",
-                   rt_.name().c_str(), rt_.name_of(to).c_str(), e.what());
-      return nullptr;
-    }
-  }
+  if (!start_writer(*link)) return nullptr;
   if (!wait) return nullptr;
   link->cv.wait(lock, [&] { return link->stream.fd() >= 0 || link->broken || stopping_; });
   return link->stream.fd() >= 0 && !link->broken && !stopping_ ? link : nullptr;
+}
+
+// B11: under the link's lock. A link's writer runs while it has work (the
+// dial, queued frames) and ends when idle, and at most kMaxWriters run at
+// once in a worker: an all-to-all round among 128 workers opens 127 links
+// from each, and a thread for each ran the host out of threads. A link that
+// finds no writer free sends through CAF meanwhile (B4).
+bool BulkPath::start_writer(Link& link) {
+  if (link.writer_running) return true;
+  if (writers_.load() >= kMaxWriters) return false;
+  // One that ended idle: it no longer takes the link's lock, so this is short.
+  if (link.writer.joinable()) link.writer.join();
+  writers_.fetch_add(1);
+  try {
+    link.writer = std::thread([this, &link] {
+      ::pthread_setname_np(::pthread_self(), "castor-bulk-out");
+      if (link.stream.fd() >= 0 || open(link)) write_loop(link);
+      writers_.fetch_sub(1);
+    });
+  } catch (const std::system_error& e) {
+    writers_.fetch_sub(1);  // out of threads (a big world on a small host): CAF carries on (B4)
+    link.broken = true;
+    std::fprintf(stderr, "castor[%s]: no bulk link to worker %s: cannot start its thread (%s); its messages go through CAF\n",
+                 rt_.name().c_str(), rt_.name_of(link.to).c_str(), e.what());
+    return false;
+  }
+  link.writer_running = true;
+  return true;
 }
 
 // On the link's writer thread, before it writes: the door's greeting (and
@@ -201,7 +222,14 @@ void BulkPath::write_loop(Link& link) {
     {
       // Never beside a caller's write (one thread per session: B6, B8).
       std::unique_lock<std::mutex> lock(link.mtx);
-      link.cv.wait(lock, [&] { return !link.writing && (!link.queue.empty() || link.broken || stopping_); });
+      bool work = link.cv.wait_for(lock, kWriterIdle, [&] {
+        return !link.writing && (!link.queue.empty() || link.broken || stopping_);
+      });
+      if (!work && !link.writing) {  // B11: idle; the next queued frame starts a writer again
+        link.writer_running = false;
+        return;
+      }
+      if (!work) continue;
       if (link.broken || stopping_) {
         ending = true;
         link.broken = true;

@@ -1,5 +1,5 @@
-// One outgoing bulk link (B3, B4, B7, B8 of Note [Bulk path]): its socket,
-// its queue of frames and the writer thread that drains it.
+// One outgoing bulk link (B3, B4, B7, B8, B11 of Note [Bulk path]): its
+// socket, its queue of frames and the writer thread that drains it.
 #pragma once
 
 #include <condition_variable>
@@ -20,6 +20,7 @@ struct BulkPath::Link {
   bool broken = false;     // B4: never reused
   bool same_host = false;  // B7: send addresses, not bytes
   bool writing = false;    // B8: a thread is writing a frame (the writer or a caller)
+  bool writer_running = false;  // B11: `writer` runs (it ends when idle; a queued frame starts it again)
   std::mutex mtx;          // guards all of the above and the queue
   std::condition_variable cv;  // frames queued, `writing` cleared, or stopping
   std::deque<bulk::Frame> queue;

@@ -13,6 +13,7 @@
 #include "actors/api/errors.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_link.hpp"
+#include "actors/transport/bulk/bulk_receiver.hpp"
 #include "actors/transport/bulk/bulk_stream.hpp"
 #include "actors/transport/door.hpp"
 #include "actors/transport/sockets.hpp"
@@ -84,7 +85,7 @@ namespace castor::detail {
 //      written); otherwise it is queued behind the others and the link's
 //      writer thread (started with the first queued frame) sends it. One
 //      frame is written at a time by whichever thread, so B3's order holds.
-//      A well-formed reply completes its call on the reader's thread
+//      A well-formed reply completes its call on the receiver's thread
 //      (deliver_reply: the pending table, counters and the autograd and RRef
 //      hand-offs are thread-safe), and so does a well-formed call whose
 //      caller is the link's rank (deliver_request: what the worker actor
@@ -93,15 +94,15 @@ namespace castor::detail {
 //      found dead, and a peer's death shuts its links (peer_down), so no
 //      thread waits on a host that vanished. A sending thread writes only
 //      when the socket's buffer has room for the frame and a margin, so it
-//      never waits for the peer, and never on a link's reader thread (a
-//      small builtin's reply is sent from there: two readers blocked
+//      never waits for the peer, and never on the receiver's thread (a
+//      small builtin's reply is sent from there: two receivers blocked
 //      writing to each other would never read again); stop() waits for a
 //      write in progress.
-//  B9. Few syscalls per small frame. A plain link's reader reads what the
+//  B9. Few syscalls per small frame. The receiver reads what a link's
 //      socket holds (up to 64 KiB) and takes a frame's fields from there, so
 //      a small frame costs one recv or less, not one per field; a read of
 //      tensor bytes takes what was read ahead and then goes straight into
-//      the tensor (B1 stays copy-free). A TLS link reads ahead in OpenSSL.
+//      the tensor (B1 stays copy-free). A TLS link also reads ahead in OpenSSL.
 //      Small frames that queued up behind a busy link (a large frame being
 //      written, a full socket) leave together in one write (up to 64 frames
 //      or 256 KiB; one SSL_write with TLS), in their queue's order (B3). Measured
@@ -115,7 +116,7 @@ namespace castor::detail {
 //      encoding of the typed message, a gradient's large tensors apart as in
 //      B1. Its sender is a protocol actor on CAF's multiplexer (Note [Where
 //      actors run]), so it never waits for a dial: an unopened link sends
-//      through CAF, and the link's writer opens it meanwhile. The reader
+//      through CAF, and the link's writer opens it meanwhile. The receiver
 //      checks it as the worker actor would (a malformed one goes to the
 //      actor, which reports it: B5; a gradient must name the link's rank as
 //      its sender, as a call must in B8) and hands it to the RRef or autograd
@@ -129,30 +130,44 @@ namespace castor::detail {
 //      across the switch from CAF to the link (and back after a break) two
 //      messages may cross, which the protocols allow (B3, Note [RRef
 //      protocol], Note [Released contexts]).
-//  The lane (B8-B10) is only for worlds of up to kLaneMaxWorld workers:
-//  each link has its own reader and writer threads, and an all-to-all round
-//  among 128 workers on one host opened 16,000 links at once, ran out of
-//  threads and stalled the doors. Larger worlds keep the links for large
-//  tensors until one epoll thread per worker reads them all.
+//  B11. Threads do not grow with the world. An all-to-all round among 128
+//      workers on one host opens 127 links from each, 16,000 in all; with a
+//      reader and a writer thread per link it ran the host out of threads and
+//      stalled the doors. So:
+//      - One receiver per worker (bulk::Receiver): a single epoll thread
+//        reads every link into the worker. Each link is a non-blocking
+//        socket with its own state (greeting, head, tensor bytes) and, while
+//        a frame is partly read, its own buffer (an idle link holds none).
+//        A slow or silent peer holds its own link, never the thread. A link
+//        reads at most 4 MiB in a turn, then the others get theirs, so a
+//        64 MiB tensor does not hold up a gradient on another link. A link
+//        whose greeting came before this worker's init waits without a
+//        thread (looked at again every 5 ms, until its deadline). What B7
+//        copies out of a sender's memory is copied on this thread: other
+//        links wait for it (about 3 ms for 64 MiB).
+//      - A link's writer runs only while it has work (the dial, queued
+//        frames) and ends after a second idle; a queued frame starts it
+//        again. At most kMaxWriters run at once in a worker; a link that
+//        finds none free sends through CAF meanwhile (B4), its message whole
+//        (restore() puts back what B1 took out).
+//      So a worker has one receiver and at most kMaxWriters writers, in a
+//      world of any size, and the lane serves every world size.
 
 using namespace bulk;
 
 namespace {
-constexpr int kLaneMaxWorld = 32;  // B8
 // B8: what a direct write leaves free in the socket's buffer (TLS records
 // add a little to each frame), so that it never waits for the peer.
 constexpr size_t kSendRoomMargin = 64 * 1024;
-// B8: a link's reader never writes itself: two readers each blocked on a
-// full buffer towards the other would never read again.
-thread_local bool on_reader_thread = false;
 }  // namespace
 
 BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
   // B3: the bulk port is behind the door like every port castor listens on
-  // (Note [The door]); a connection reaches a reader only once it greeted.
+  // (Note [The door]); a connection reaches the receiver only once it greeted.
   try {
+    receiver_ = std::make_unique<Receiver>(rt, stopping_);
     port_ = rt.transport->door().listen(rt.opts.host, 0, false, door::Purpose::bulk, rt.opts.tls.enabled(),
-                                        [this](Admitted a) { start_reader(std::move(a)); });
+                                        [this](Admitted a) { receiver_->add(std::move(a)); });
   } catch (const std::exception& e) {
     throw UnreachableError(make_error(ErrorKind::Unreachable, rt.opts.name,
                                       "worker " + rt.opts.name + ": cannot open the bulk port on " + rt.opts.host +
@@ -173,7 +188,6 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
   // CAF's multiplexer, which must never wait for a dial).
   bool large = false;
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
-  if (!large && rt_.world().size() > size_t(kLaneMaxWorld)) return false;
   auto* link = link_to(to, large && !fallback);
   if (!link) return false;
   Frame frame;
@@ -185,8 +199,12 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
     frame = make_frame(type, encode(), std::move(tensors), id);
     frame.fallback = std::move(copy);
-    if (!frame.tensors.empty() || link->writing || !link->queue.empty() || on_reader_thread ||
+    if (!frame.tensors.empty() || link->writing || !link->queue.empty() || on_receiver_thread ||
         !net::has_send_room(link->stream.fd(), frame.head.size() + kSendRoomMargin)) {
+      if (!start_writer(*link)) {  // B11: no writer free now: CAF takes the message, whole again
+        restore(values, frame.tensors);
+        return false;
+      }
       link->queue.push_back(std::move(frame));
       link->cv.notify_all();
       return true;
@@ -217,52 +235,6 @@ bool BulkPath::try_send(WorkerId to, ContextControl& msg) { return push_protocol
 bool BulkPath::try_send(WorkerId to, RRefControl& msg) { return push_protocol(to, kRRefControl, msg); }
 bool BulkPath::try_send(WorkerId to, RRefControlAck& msg) { return push_protocol(to, kRRefAck, msg); }
 
-// On the door's thread, for each admitted bulk connection (B6: with its TLS
-// session in a TLS cluster).
-void BulkPath::start_reader(Admitted admitted) {
-  int fd = admitted.fd;
-  net::set_nonblocking(fd, false);
-  net::set_bulk_buffers(fd);
-  std::lock_guard<std::mutex> lock(mtx_);
-  // Readers whose connection ended: join them and close their sockets, so
-  // that reconnecting peers do not pile up threads and fds.
-  for (auto it = readers_.begin(); it != readers_.end();) {
-    if (!it->done->load()) {
-      ++it;
-      continue;
-    }
-    it->thread.join();
-    ::close(it->fd);
-    it = readers_.erase(it);
-  }
-  // A peer opens one link to us; a cluster without a secret lets strangers
-  // greet, so they may not take more threads than the world's links.
-  if (stopping_ || readers_.size() >= 2 * size_t(rt_.opts.world_size) + 8) {
-    if (!stopping_)
-      std::fprintf(stderr, "castor[%s]: closed a bulk link from %s: %zu links are open already\n",
-                   rt_.name().c_str(), net::peer_address(fd).c_str(), readers_.size());
-    ::close(fd);
-    return;
-  }
-  auto done = std::make_shared<std::atomic<bool>>(false);
-  auto stream = std::make_shared<Stream>(fd, std::move(admitted.ssl));
-  stream->read_ahead();  // B9
-  std::thread reader;
-  try {
-    reader = std::thread([this, stream, done] {
-      on_reader_thread = true;
-      read_loop(*stream);
-      done->store(true);
-    });
-  } catch (const std::system_error& e) {  // out of threads: the peer's messages go through CAF (B4)
-    std::fprintf(stderr, "castor[%s]: closed a bulk link from %s: cannot start its reader (%s)\n", rt_.name().c_str(),
-                 net::peer_address(fd).c_str(), e.what());
-    ::close(fd);
-    return;
-  }
-  readers_.push_back(Reader{std::move(reader), fd, done});
-}
-
 void BulkPath::peer_down(WorkerId rank) {
   std::lock_guard<std::mutex> lock(mtx_);
   // After stop() the links' fds are closed, their numbers maybe reused by
@@ -282,7 +254,6 @@ void BulkPath::stop() {
     if (stopping_.exchange(true)) return;
     for (auto& l : retired_) links_.push_back(std::move(l));  // RJ5: joined and closed like the others
     retired_.clear();
-    for (auto& r : readers_) ::shutdown(r.fd, SHUT_RDWR);
     for (auto& l : links_) {
       if (!l) continue;
       std::lock_guard<std::mutex> link_lock(l->mtx);
@@ -290,9 +261,9 @@ void BulkPath::stop() {
       l->cv.notify_all();
     }
   }
+  if (receiver_) receiver_->stop();
   for (auto& l : links_)
     if (l && l->writer.joinable()) l->writer.join();
-  for (auto& r : readers_) r.thread.join();
   for (auto& l : links_) {
     if (!l) continue;
     // B8: a caller may still be in a write (failing now: the socket is shut).
@@ -300,7 +271,6 @@ void BulkPath::stop() {
     l->cv.wait(link_lock, [&] { return !l->writing; });
     if (l->stream.fd() >= 0) ::close(l->stream.fd());
   }
-  for (auto& r : readers_) ::close(r.fd);
 }
 
 }  // namespace castor::detail

@@ -10,7 +10,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <thread>
 #include <vector>
 
 #include <caf/fwd.hpp>
@@ -25,6 +24,7 @@ struct Admitted;
 namespace bulk {
 class Stream;
 struct Frame;
+class Receiver;
 }
 
 class BulkPath {
@@ -64,11 +64,10 @@ class BulkPath {
 
  private:
   Link* link_to(WorkerId to, bool wait);            // bulk_link.cpp
+  bool start_writer(Link& link);                    // bulk_link.cpp
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
   bool write_frames(Link& link, bulk::Frame* out, size_t n);  // bulk_link.cpp
-  void start_reader(Admitted admitted);             // on the door's thread
-  void read_loop(bulk::Stream& stream);             // bulk_reader.cpp
   template <class Message>
   bool push_protocol(WorkerId to, uint8_t type, Message& msg);  // B10
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
@@ -80,12 +79,8 @@ class BulkPath {
   std::mutex mtx_;
   std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
   std::vector<std::unique_ptr<Link>> retired_;  // links to earlier lives of rejoined peers (RJ5)
-  struct Reader {
-    std::thread thread;
-    int fd = -1;  // closed by whoever joins the thread
-    std::shared_ptr<std::atomic<bool>> done;
-  };
-  std::vector<Reader> readers_;
+  std::unique_ptr<bulk::Receiver> receiver_;  // B11: reads every link into this worker
+  std::atomic<int> writers_{0};  // B11: writer threads running now
 };
 
 }  // namespace castor::detail

@@ -53,34 +53,8 @@ bool Stream::write_all(const void* data, size_t n) {
                  [](SSL* s, const char* p, int k) { return SSL_write(s, p, k); });
 }
 
-// B9 of Note [Bulk path]: a frame's head is read field by field (B1), and a
-// small frame is a few hundred bytes: a recv per field cost five syscalls a
-// frame. A plain link's reader reads what the socket has, up to kReadAhead,
-// and serves the fields from there; a read of at least half that (tensor
-// bytes) takes what was read ahead and then goes straight into its
-// destination, so B1's "no copy in user space" holds for large tensors.
-constexpr size_t kReadAhead = 64 * 1024;
-
-bool Stream::read_plain(char* p, size_t n) {
-  size_t have = std::min(n, ahead_end_ - ahead_begin_);
-  if (have) std::memcpy(p, ahead_.get() + ahead_begin_, have), ahead_begin_ += have, p += have, n -= have;
-  if (n == 0) return true;
-  if (n >= kReadAhead / 2) return net::read_all(fd_, p, n);
-  if (!ahead_) ahead_.reset(new char[kReadAhead]);
-  while (n > 0) {
-    auto r = ::recv(fd_, ahead_.get(), kReadAhead, 0);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;  // closed, shut down, or the socket's timeout passed
-    size_t take = std::min(n, size_t(r));
-    std::memcpy(p, ahead_.get(), take);
-    p += take, n -= take;
-    ahead_begin_ = take, ahead_end_ = size_t(r);
-  }
-  return true;
-}
-
 bool Stream::read_all(void* data, size_t n) {
-  if (!ssl_) return read_ahead_ ? read_plain(static_cast<char*>(data), n) : net::read_all(fd_, data, n);
+  if (!ssl_) return net::read_all(fd_, data, n);
   return tls_all(ssl_.get(), static_cast<char*>(data), n, [](SSL* s, char* p, int k) { return SSL_read(s, p, k); });
 }
 

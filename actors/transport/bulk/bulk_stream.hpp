@@ -9,21 +9,17 @@
 
 namespace castor::detail::bulk {
 
-/// The socket of one bulk link and, with TLS, its session. The socket is
-/// blocking and not owned: whoever joins the link's thread closes it (after
-/// shutdown() ended that thread's wait). Only one thread uses a stream, the
-/// link's writer or its reader, so one OpenSSL session never sees two
-/// threads (it would corrupt its state).
+/// The sending side of one bulk link: its socket and, with TLS, its
+/// session. The socket is blocking and not owned: whoever joins the link's
+/// writer closes it (after shutdown() ended that thread's wait). One thread
+/// writes at a time (B8), so one OpenSSL session never sees two threads (it
+/// would corrupt its state); the receiving side has its own (bulk::Receiver).
 class Stream {
  public:
   Stream() = default;
   Stream(int fd, SslPtr ssl);
 
   int fd() const { return fd_; }
-  /// B9 of Note [Bulk path]: plain reads from now on take what the socket
-  /// holds, up to 64 KiB, and serve later reads from it. For a link's
-  /// reader; a sending side reads only one-byte answers.
-  void read_ahead() { read_ahead_ = true; }
   bool tls() const { return ssl_ != nullptr; }
 
   /// Writes / reads exactly `n` bytes; false when the link ended, broke or
@@ -34,16 +30,8 @@ class Stream {
   bool read_all(void* data, size_t n);
 
  private:
-  bool read_plain(char* data, size_t n);
-
   int fd_ = -1;
   SslPtr ssl_;
-  // A plain link's reader reads ahead into this buffer (TLS reads ahead in
-  // OpenSSL), so that a frame's head and envelope, and the frames queued
-  // behind it, come in one recv, not one per field (B9 of Note [Bulk path]).
-  bool read_ahead_ = false;
-  std::unique_ptr<char[]> ahead_;
-  size_t ahead_begin_ = 0, ahead_end_ = 0;
 };
 
 }  // namespace castor::detail::bulk
