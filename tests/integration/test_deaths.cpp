@@ -170,7 +170,8 @@ void kill_worker1_at(const std::string& point) {
   }
   if (point == "fork not yet confirmed")  // the owner's confirmations are late: worker1 dies first
     o2.faults.rules = {FaultRule{"child_accept", 0, 0, milliseconds(2000)}, FaultRule{"ack", 0, 0, milliseconds(2000)}};
-  if (point == "small calls queued behind a large one") o0.bulk_same_host = false;  // the bytes on the socket
+  if (point == "small calls queued behind a large one" || point == "gradients queued behind a large frame")
+    o0.bulk_same_host = false;  // the bytes on the socket
   auto starting2 = std::async(std::launch::async, [o2] { return init_rpc(o2); });
   auto w0 = init_rpc(o0);
   auto w2 = starting2.get();
@@ -232,6 +233,26 @@ void kill_worker1_at(const std::string& point) {
       tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
       for (int i = 0; i < 100; ++i) int_calls.push_back(w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000)));
       expected_error = "worker worker1";
+    } else if (point == "gradients queued behind a large frame") {
+      // B10 of Note [Bulk path]: a backward pass's gradients for worker1 go
+      // on the open lane, behind a 64 MiB call whose bytes are on the
+      // socket; the kill cuts the link under them. One gradient sleeps in
+      // worker1's backward, so the pass is still running at the kill: it
+      // fails naming worker1, and what the link did not send goes through
+      // CAF to a dead peer, which drops it.
+      auto warm = at::arange(int64_t(1) << 18, at::kFloat);
+      CHECK(at::equal(w0.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
+      ctx.emplace(w0);
+      auto x = at::ones({2}).set_requires_grad(true);
+      std::vector<at::Tensor> ys;
+      for (int i = 0; i < 20; ++i) ys.push_back(w0.rpc_sync<at::Tensor>("worker1", "my_add", x, x));
+      ys.push_back(w0.rpc_sync<at::Tensor>("worker1", "slow_backward", x, int64_t(60000)));
+      auto loss = at::stack(ys).sum();
+      auto big = at::arange(int64_t(16) << 20, at::kFloat);
+      tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", big));
+      backward = std::async(std::launch::async, [&ctx, loss] { ctx->backward({loss}); });
+      REQUIRE(eventually([&] { return w0.autograd_debug_info().at("num_running_graph_tasks") == 1; }));
+      expected_error = "worker worker1";
     } else if (point == "small calls on the lane") {
       // B8: once worker0's link to worker1 is open, small calls ride it;
       // four of them wait on worker1 at the kill.
@@ -286,7 +307,7 @@ void kill_worker1_at(const std::string& point) {
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
-                            "nested call"}) {
+                            "gradients queued behind a large frame", "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }
