@@ -66,6 +66,11 @@ std::vector<Figure> bench_scale(const Options& opts) {
     if (sum != int64_t(n - 1) * n * (n - 1) / 2)
       throw std::runtime_error("scale: the all-to-all round of " + std::to_string(n) + " workers returned " +
                                std::to_string(sum));
+    // Once more: the first round also paid for what a pair does on first
+    // contact (CAF's connection, maybe a bulk link: B11 of Note [Bulk path]).
+    auto t_again = Clock::now();
+    if (round("scale_fan_out") != sum) throw std::runtime_error("scale: the second all-to-all round differs");
+    out.push_back({"scale_all_to_all_again_ms" + suffix, ms_since(t_again)});
 
     std::vector<Future<double>> fs;
     for (int r = 0; r < n; ++r) fs.push_back(w.rpc_async<double>("worker" + std::to_string(r), "scale_rref_round"));

@@ -31,6 +31,8 @@ namespace {
 // B11: writer threads of one worker, and how long one waits idle before it ends.
 constexpr int kMaxWriters = 32;
 constexpr auto kWriterIdle = std::chrono::seconds(1);
+// B11: small messages to a peer before they open the pair's link.
+constexpr uint32_t kOpenAfter = 8;
 // B9: what the writer sends in one write when small frames wait together.
 constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kMaxBatchBytes = 256 * 1024;
@@ -117,6 +119,9 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
   // this link already, and would never join a writer started now.
   if (link->broken || stopping_) return nullptr;
   if (link->stream.fd() >= 0) return link;
+  // B11: small messages open the link only once kOpenAfter of them went
+  // through CAF to this peer; a large one opens it at once.
+  if (!wait && ++link->sent_unopened < kOpenAfter) return nullptr;
   // B8: the link's writer opens it, so that no sender (which may be a CAF
   // thread) waits on a dial or a greeting it did not ask to wait for.
   if (!start_writer(*link)) return nullptr;

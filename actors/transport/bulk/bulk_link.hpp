@@ -20,6 +20,7 @@ struct BulkPath::Link {
   bool broken = false;     // B4: never reused
   bool same_host = false;  // B7: send addresses, not bytes
   bool writing = false;    // B8: a thread is writing a frame (the writer or a caller)
+  uint32_t sent_unopened = 0;  // B11: small messages that asked for the link before it opened
   bool writer_running = false;  // B11: `writer` runs (it ends when idle; a queued frame starts it again)
   std::mutex mtx;          // guards all of the above and the queue
   std::condition_variable cv;  // frames queued, `writing` cleared, or stopping
