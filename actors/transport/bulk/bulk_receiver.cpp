@@ -105,6 +105,7 @@ struct Incoming {
   Clock::time_point deadline;  // of the greeting and the answer to it (B3)
   std::string from_name = "an unknown peer";
   bool ended = false;  // the peer closed, the link broke, or it was dropped
+  bool muted = false;  // off epoll while it waits for this worker's init
   size_t turn = 0;     // bytes read in this turn (B11)
   // The greeting (B3).
   int32_t from = -1;
@@ -324,12 +325,19 @@ void Receiver::run() {
     todo.swap(ready);
     ready.clear();
     for (int i = 0; i < n; ++i) {
-      if (events[i].data.fd == wake_fd_) {
+      int fd = events[i].data.fd;
+      if (fd == wake_fd_) {
         uint64_t count;
         (void)!::read(wake_fd_, &count, sizeof count);
-      } else {
-        todo.push_back(events[i].data.fd);
+        continue;
       }
+      auto it = links.find(fd);
+      if (it != links.end() && it->second->muted && (events[i].events & (EPOLLHUP | EPOLLERR))) {
+        drop(*it->second, "closed during the greeting");  // epoll reports these even to a muted link
+        close_link(fd);
+        continue;
+      }
+      todo.push_back(fd);
     }
     // Links still greeting: their deadline, or this worker's init, may have come.
     if (greeting)
@@ -347,6 +355,17 @@ void Receiver::run() {
       }
       if (in.turn >= kTurnBytes) ready.push_back(fd);
       in.release_if_empty();
+      // A link that waits for this worker's init reads nothing meanwhile: it
+      // is off epoll until then (the tick looks at it), so that bytes a peer
+      // sent early do not wake this thread again and again.
+      bool waiting = in.phase == Phase::waiting_for_init;
+      if (waiting != in.muted) {
+        epoll_event ev{};
+        ev.events = waiting ? 0 : EPOLLIN | EPOLLRDHUP;
+        ev.data.fd = fd;
+        ::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, fd, &ev);
+        in.muted = waiting;
+      }
     }
     caf::logger::set_current_actor_system(nullptr);
   }
