@@ -85,7 +85,6 @@ constexpr size_t kSpareBuffers = 16;
 // are looked at again.
 constexpr int kGreetingTickMs = 5;
 
-enum class Phase { greeting, waiting_for_init, head, tensors };
 enum class Got { bytes, later, ended };
 
 template <class T>
@@ -96,6 +95,10 @@ T peek(const char* p) {
 }
 
 }  // namespace
+
+// Where a link is (a type of the bulk namespace, not of the anonymous one:
+// Incoming, declared in the header, has a field of this type).
+enum class Phase { greeting, waiting_for_init, head, tensors };
 
 // One link's state. Only the receiver's thread touches it once added.
 struct Incoming {
