@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <system_error>
 
 #include <caf/make_message.hpp>
 

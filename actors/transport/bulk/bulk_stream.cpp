@@ -4,11 +4,8 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "actors/transport/sockets.hpp"
 
@@ -41,11 +38,9 @@ bool tls_all(SSL* ssl, Byte* p, size_t n, Call call) {
 
 }  // namespace
 
-// Read-ahead: a record's header and body (and whatever follows) come in one
-// recv, not two; a 64 MiB tensor is 4096 records.
-Stream::Stream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {
-  if (ssl_) SSL_set_read_ahead(ssl_.get(), 1);
-}
+// The sending side reads only one-byte answers: no read-ahead (the
+// receiver's sessions read ahead: bulk_receiver.cpp).
+Stream::Stream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {}
 
 bool Stream::write_all(const void* data, size_t n) {
   if (!ssl_) return net::write_all(fd_, data, n);

@@ -20,7 +20,6 @@ class Stream {
   Stream(int fd, SslPtr ssl);
 
   int fd() const { return fd_; }
-  bool tls() const { return ssl_ != nullptr; }
 
   /// Writes / reads exactly `n` bytes; false when the link ended, broke or
   /// timed out (a socket timeout, shutdown()). With TLS the thread's OpenSSL
