@@ -112,7 +112,15 @@ Future<Params> ParameterServer::update(Params grads, double loss, int64_t traine
     for (const auto& p : params_) out.push_back(p.detach().clone());
     return make_ready_future(std::move(out));
   }
-  for (size_t i = 0; i < grads.size(); ++i) pending_grads_[i].add_(grads[i]);
+  // The round's first push starts the sum (apply() leaves the last round's
+  // average in place rather than spend a pass zeroing it).
+  bool first = pushed_.empty();
+  for (size_t i = 0; i < grads.size(); ++i) {
+    if (first)
+      pending_grads_[i].copy_(grads[i]);
+    else
+      pending_grads_[i].add_(grads[i]);
+  }
   pushed_.insert(trainer);
   auto future = round_.future();
   complete_round_if_full();
@@ -152,8 +160,10 @@ void ParameterServer::trainer_back(int64_t trainer) {
 void ParameterServer::apply(double divisor) {
   at::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    params_[i].mutable_grad() = pending_grads_[i].div(divisor);
-    pending_grads_[i].zero_();
+    // In place and not zeroed after: the next round's first push overwrites
+    // it. SGD reads a gradient, never writes it.
+    if (divisor != 1.0) pending_grads_[i].div_(divisor);
+    params_[i].mutable_grad() = pending_grads_[i];
   }
   optimizer_->step();
 }
@@ -257,8 +267,9 @@ class Trainer {
       Params grads;
       for (auto& p : params) grads.push_back(p.grad());
       auto fresh = server.rpc_sync(&ParameterServer::update, grads, l, rank_);
-      at::NoGradGuard no_grad;
-      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(fresh[i]);
+      // The reply is this trainer's own copy: train on it as it came, no copy.
+      params = std::move(fresh);
+      for (auto& p : params) p.requires_grad_(true);
     }
     return loss_sum / double(steps);
   }
