@@ -197,15 +197,20 @@ TEST_CASE("parameter server, sync: a round completes without a trainer that left
   for (size_t i = 0; i < after.size(); ++i) CHECK(at::allclose(after[i], before[i] - 0.5 * 2.0));  // mean of 1 and 3
   CHECK(contains(castor::test::error_of<std::invalid_argument>([&] { server.update(grads(1.0), 0.5, 3); }),
                  "trainer 3 is not one of this server's trainers"));
-  // The next round needs the two left only.
+  // The next round needs the two left only, and averages only its own
+  // pushes: nothing of the last round's sum is left in it.
   auto next1 = server.update(grads(1.0), 0.5, 1);
   CHECK_FALSE(next1.is_done());
   server.update(grads(1.0), 0.5, 2);
   CHECK(next1.is_done());
+  auto next = next1.wait();
+  for (size_t i = 0; i < next.size(); ++i) CHECK(at::allclose(next[i], after[i] - 0.5 * 1.0));
   // A trainer that leaves after pushing: its push counts, the round ends.
   auto last = server.update(grads(2.0), 0.5, 1);
   CHECK(server.trainer_left(2) == 1);
-  CHECK(last.is_done());
+  REQUIRE(last.is_done());
+  auto final_params = last.wait();
+  for (size_t i = 0; i < final_params.size(); ++i) CHECK(at::allclose(final_params[i], next[i] - 0.5 * 2.0));
 }
 
 // Issue: async mode with 2 trainers once ended 3 epochs at 26-64 % where
