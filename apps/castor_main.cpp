@@ -20,6 +20,7 @@
 #include "apps/inspect.hpp"
 #include "apps/launch.hpp"
 #include "actors/transport/cluster_secret.hpp"
+#include "config/fork_server.hpp"
 
 namespace {
 
@@ -228,6 +229,7 @@ int app_worker(const std::string& app_name, const std::vector<std::string>& args
 }  // namespace
 
 int main(int argc, char** argv) {
+  castor::config::serve_forks_if_asked(argc, argv);  // Note [Fork server]: the launcher's workers
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "bench_suites.hpp"
+#include "config/fork_server.hpp"
 
 namespace {
 
@@ -18,6 +19,7 @@ const char* kUsage =
 }  // namespace
 
 int main(int argc, char** argv) {
+  castor::config::serve_forks_if_asked(argc, argv);  // Note [Fork server]: BenchWorld's peers
   using namespace castor::bench;
   if (argc >= 2 && std::strcmp(argv[1], "_worker") == 0) return run_peer(argc, argv);
   if (argc >= 2 && std::strcmp(argv[1], "_start") == 0) return 0;  // process_start_ms: loaded, nothing else

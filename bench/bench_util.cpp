@@ -2,6 +2,8 @@
 #include "bench_util.hpp"
 
 #include "actors/transport/sockets.hpp"
+#include "apps/common/local_launch.hpp"
+#include "config/fork_server.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -73,8 +75,9 @@ double median_us(int n, const std::function<void()>& f, int warmup) {
 
 namespace {
 
-// Starts this binary with `args` after argv[0]; -1 if it cannot.
-int spawn_self(const Options& opts, std::vector<std::string> args) {
+// Starts this binary with `args` after argv[0] by exec: a process that
+// loads everything itself (the floor of process_start_ms); -1 if it cannot.
+int exec_self(const Options& opts, std::vector<std::string> args) {
   args.insert(args.begin(), opts.self_path);
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -83,13 +86,20 @@ int spawn_self(const Options& opts, std::vector<std::string> args) {
   return posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0 ? pid : -1;
 }
 
+// A peer of a BenchWorld: forked from a loaded copy of this binary (Note
+// [Fork server]), or exec'd when that cannot be; -1 if neither can.
+int spawn_peer(const Options& opts, std::vector<std::string> args) {
+  args.insert(args.begin(), opts.self_path);
+  return config::spawn_process(apps::self_executable(), args);
+}
+
 }  // namespace
 
 double process_start_ms(const Options& opts, int count) {
   auto t = std::chrono::steady_clock::now();
   std::vector<int> pids;
   for (int i = 0; i < count; ++i)
-    if (int pid = spawn_self(opts, {"_start"}); pid > 0) pids.push_back(pid);
+    if (int pid = exec_self(opts, {"_start"}); pid > 0) pids.push_back(pid);
   for (int pid : pids) {
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -130,7 +140,7 @@ BenchWorld::BenchWorld(const Options& opts, int world_size, std::function<void(W
   for (int r = 1; r < world_size; ++r) {
     std::vector<std::string> args{"_worker", std::to_string(r), std::to_string(world_size), std::to_string(port)};
     args.insert(args.end(), peer_tail_.begin(), peer_tail_.end());
-    if (int pid = spawn_self(opts, args); pid > 0) pids_.push_back(pid);
+    if (int pid = spawn_peer(opts, args); pid > 0) pids_.push_back(pid);
   }
   auto o = bench_options(0, world_size, port);
   if (!tls_dir.empty()) o.tls = tls_files_of(tls_dir, 0);
@@ -142,7 +152,7 @@ int BenchWorld::restart_peer(int rank, uint32_t incarnation) {
   std::vector<std::string> args{"_worker", std::to_string(rank), std::to_string(world_size_), std::to_string(port_)};
   args.insert(args.end(), peer_tail_.begin(), peer_tail_.end());
   ::setenv("CASTOR_INCARNATION", std::to_string(incarnation).c_str(), 1);  // as the launcher does
-  int pid = spawn_self(opts_, args);
+  int pid = spawn_peer(opts_, args);
   ::unsetenv("CASTOR_INCARNATION");
   if (pid > 0) {
     int status = 0;

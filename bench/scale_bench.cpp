@@ -40,10 +40,12 @@ std::vector<Figure> bench_scale(const Options& opts) {
   std::vector<Figure> out;
   for (int n : {8, 16, 32, 64, 128}) {
     auto suffix = "_w" + std::to_string(n);
-    // The floor: the n-1 peer processes' start alone. Each loads libtorch
-    // (about 1 s of CPU on this machine, most of it the dynamic linker's
-    // relocations and libtorch's operator registry), so on few cores the
-    // start of many workers is bound by the CPU before castor says a word.
+    // The floor: the n-1 peer processes' start alone, each exec'd. Each
+    // loads libtorch (about 1 s of CPU on this machine, most of it the
+    // dynamic linker's relocations and libtorch's operator registry), so on
+    // few cores the start of many exec'd workers is bound by the CPU before
+    // castor says a word. The world's peers fork from one loaded copy
+    // instead (Note [Fork server]): its init may go well under this floor.
     double floor = process_start_ms(opts, n - 1);
     out.push_back({"scale_process_start_floor_ms" + suffix, floor});
     auto t0 = Clock::now();

@@ -31,6 +31,7 @@
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
+#include "config/fork_server.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -86,6 +87,11 @@ void flush_lines(Child& c, bool all) {
 }
 
 pid_t spawn(const ProcessSpec& spec, int out_fd) {
+  // Note [Fork server]: castor's own workers (castor worker, an app's rank)
+  // fork from a loaded castor instead of loading libtorch each.
+  if (!spec.argv.empty() && spec.argv[0] == self_executable())
+    if (auto* server = config::fork_server_for(spec.argv[0]))
+      if (pid_t pid = server->spawn(spec.argv, spec.env, out_fd); pid > 0) return pid;
   pid_t pid = ::fork();
   if (pid != 0) return pid;
   ::dup2(out_fd, 1);
@@ -129,7 +135,7 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
     c.name = spec.name;
     c.leader = spec.leader;
     int p[2];
-    if (::pipe(p) != 0) return c;
+    if (::pipe2(p, O_CLOEXEC) != 0) return c;  // no other child holds this one's pipe open
     c.pid = spawn(spec, p[1]);
     ::close(p[1]);
     if (c.pid > 0)

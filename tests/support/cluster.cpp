@@ -2,12 +2,12 @@
 #include "support/cluster.hpp"
 
 #include "actors/transport/sockets.hpp"
+#include "config/fork_server.hpp"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,7 +21,6 @@
 #include <thread>
 #include <utility>
 
-extern char** environ;
 
 namespace castor::test {
 
@@ -93,10 +92,7 @@ ChildWorker::ChildWorker(int rank, int world_size, uint16_t master_port, std::ve
   std::vector<std::string> args{CASTOR_TEST_WORKER_PATH, std::to_string(rank), std::to_string(world_size),
                                 std::to_string(master_port)};
   args.insert(args.end(), extra.begin(), extra.end());
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  if (posix_spawn(&pid_, argv[0], nullptr, nullptr, argv.data(), environ) != 0) pid_ = -1;
+  pid_ = castor::config::spawn_process(CASTOR_TEST_WORKER_PATH, args);  // Note [Fork server]
 }
 
 void ChildWorker::kill() {

@@ -1,6 +1,7 @@
 // castor_test_worker: one worker in its own process, for tests that kill
 // peers or need separate processes.
 // Usage: castor_test_worker RANK WORLD MASTER_PORT [KIND ENDING [READY_FILE]]
+//        castor_test_worker probe|requester ...  (support/fork_probe.hpp)
 //   KIND    what is live at the end (tests/integration/test_endings.cpp):
 //           "context"   rank 0: an autograd context with a call to worker1 in it
 //           "rrefs"     an owner RRef on each rank with a user RRef to it on
@@ -41,11 +42,13 @@
 
 #include "actors/observe/inspector.hpp"
 #include "actors/runtime/testing.hpp"
+#include "config/fork_server.hpp"
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "rref/rref.hpp"
 #include "support/certs.hpp"
 #include "support/cluster.hpp"
+#include "support/fork_probe.hpp"
 
 namespace {
 
@@ -192,6 +195,9 @@ int run(castor::Worker& w, const std::string& kind, const std::string& ending, c
 }  // namespace
 
 int main(int argc, char** argv) {
+  castor::config::serve_forks_if_asked(argc, argv);  // Note [Fork server]: ChildWorker's processes
+  if (argc >= 2 && std::string(argv[1]) == "probe") return castor::test::fork_probe(argc, argv);
+  if (argc >= 2 && std::string(argv[1]) == "requester") return castor::test::fork_requester(argc, argv);
   if (argc < 4) {
     std::fprintf(stderr, "usage: %s RANK WORLD_SIZE MASTER_PORT [KIND ENDING [READY_FILE]]\n", argv[0]);
     return 2;

@@ -1,0 +1,67 @@
+// A loaded copy of a program that forks its workers: a world of many
+// processes starts without each of them loading libtorch (Note [Fork server],
+// fork_server.cpp).
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace castor::config {
+
+/// First thing in main() of a program whose copies a ForkServer starts. In
+/// the server this never returns (it forks until its requester goes away);
+/// in each process forked from it, it returns with argc and argv, the
+/// environment, the working folder and stdout/stderr of the request (FS3).
+/// In any other process it returns at once and changes nothing.
+void serve_forks_if_asked(int& argc, char**& argv);
+
+class ForkServer {
+ public:
+  /// Starts `executable` as a fork server; it must call serve_forks_if_asked.
+  /// Makes this process a child subreaper (FS2).
+  explicit ForkServer(const std::string& executable);
+  ~ForkServer();  // ends the server (FS5)
+  ForkServer(const ForkServer&) = delete;
+  ForkServer& operator=(const ForkServer&) = delete;
+
+  /// A new process of the executable, as fork+exec of `argv` (argv[0]
+  /// included) with this process's environment plus `env` and stdout and
+  /// stderr on `out_fd` (-1: this process's) would give; a child of this
+  /// process. -1 when the server cannot (why: last_error()); the caller
+  /// starts the process the usual way then (FS4).
+  pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
+              int out_fd = -1);
+
+  /// False once the server is gone for good (FS4).
+  bool running() const;
+  const std::string& executable() const { return executable_; }
+  pid_t server_pid() const { return server_pid_; }
+  std::string last_error() const;
+
+ private:
+  void fail(std::string why);  // under mtx_: the server is gone for good
+
+  std::string executable_;
+  mutable std::mutex mtx_;
+  int fd_ = -1;
+  pid_t server_pid_ = -1;
+  std::string error_;
+};
+
+/// This process's server for `executable`, started on first use; nullptr
+/// when CASTOR_FORK_SERVER=0 or the server is gone (FS4).
+ForkServer* fork_server_for(const std::string& executable);
+
+/// A new process of `executable` with `argv` (argv[0] included), through
+/// fork_server_for(executable) when it can, else posix_spawn: either way a
+/// child of this process with this process's environment plus `env`, and
+/// stdout and stderr on `out_fd` (-1: this process's). -1 when neither
+/// could start it. The executable must call serve_forks_if_asked.
+pid_t spawn_process(const std::string& executable, const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env = {}, int out_fd = -1);
+
+}  // namespace castor::config

@@ -1,0 +1,255 @@
+// Note [Fork server]: processes forked from a loaded copy of their program
+// are what exec would have made them (FS1-FS3); a server that is gone, a
+// request too large, or a requester that ends loses nothing (FS4, FS5).
+// castor_test_worker is the program: its `probe` says what it got.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "config/fork_server.hpp"
+#include "support/errors.hpp"
+
+using castor::config::ForkServer;
+using castor::test::contains;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::string kWorker = CASTOR_TEST_WORKER_PATH;
+
+struct Pipe {
+  int read = -1, write = -1;
+  Pipe() {
+    int p[2];
+    REQUIRE(::pipe2(p, O_CLOEXEC) == 0);
+    read = p[0];
+    write = p[1];
+  }
+  ~Pipe() {
+    close_write();
+    if (read >= 0) ::close(read);
+  }
+  void close_write() {
+    if (write >= 0) ::close(write);
+    write = -1;
+  }
+  // Everything written until the last writer closes, or what came within `bound`.
+  std::string drain(std::chrono::milliseconds bound = 60s) {
+    std::string out;
+    auto deadline = std::chrono::steady_clock::now() + bound;
+    for (;;) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (left.count() <= 0) FAIL("the process's output did not end within ", bound.count(), " ms: ", out);
+      pollfd p{read, POLLIN, 0};
+      if (::poll(&p, 1, int(left.count())) <= 0) continue;
+      char buf[4096];
+      auto n = ::read(read, buf, sizeof buf);
+      if (n <= 0) return out;
+      out.append(buf, size_t(n));
+    }
+  }
+  // The first line that starts with `prefix`, without it.
+  static std::string line(const std::string& text, const std::string& prefix) {
+    auto at = text.find(prefix);
+    if (at == std::string::npos) return "(no line '" + prefix + "')";
+    auto end = text.find('\n', at);
+    return text.substr(at + prefix.size(), end == std::string::npos ? std::string::npos : end - at - prefix.size());
+  }
+};
+
+// The child's wait status, or nothing if it did not end within `bound`.
+std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds bound = 60s) {
+  auto deadline = std::chrono::steady_clock::now() + bound;
+  do {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+    std::this_thread::sleep_for(10ms);
+  } while (std::chrono::steady_clock::now() < deadline);
+  return std::nullopt;
+}
+
+// No such process, or a zombie nobody reaped yet.
+bool ended(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto close = stat.rfind(')');
+  return stat.empty() || (close != std::string::npos && stat.compare(close + 2, 1, "Z") == 0);
+}
+
+}  // namespace
+
+TEST_CASE("a forked worker is the requester's child with the request's argv, environment, folder and output") {
+  ForkServer server(kWorker);
+  REQUIRE(server.running());
+  // FS3: the environment and folder of the request's time, not the server's start.
+  ::setenv("CASTOR_PROBE_VAR", "set after the server started", 1);
+  auto before = std::filesystem::current_path();
+  auto folder = std::filesystem::temp_directory_path();
+  std::filesystem::current_path(folder);
+  Pipe out;
+  pid_t pid = server.spawn({kWorker, "probe", "7"}, {{"CASTOR_PROBE_EXTRA", "1"}}, out.write);
+  std::filesystem::current_path(before);
+  ::unsetenv("CASTOR_PROBE_VAR");
+  REQUIRE_MESSAGE(pid > 0, server.last_error());
+  out.close_write();
+  auto text = out.drain();
+  auto status = wait_exit(pid);  // FS2: our child, reaped by us
+  REQUIRE_MESSAGE(status.has_value(), "the probe did not exit: ", text);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 7);
+  CHECK(Pipe::line(text, "argv: ") == kWorker + "|probe|7");
+  CHECK(Pipe::line(text, "var: ") == "set after the server started");
+  CHECK(Pipe::line(text, "cwd: ") == folder.string());
+  CHECK(Pipe::line(text, "threads: ") == "1");  // FS1: nothing of the server's runs on
+  CHECK(Pipe::line(text, "mm: ") == "524288");  // 64x64 ones times twos: 128 each, 4096 of them
+  CHECK(Pipe::line(text, "ppid: ") == std::to_string(::getpid()));
+  CHECK(Pipe::line(text, "cmdline: ") == kWorker + "|probe|7");  // ps and pgrep -f see the worker
+  CHECK(Pipe::line(text, "environ: ") == "set after the server started");  // and so does ps e
+}
+
+TEST_CASE("a forked worker killed with SIGKILL is seen killed by its requester, and the server goes on forking") {
+  ForkServer server(kWorker);
+  Pipe out;
+  pid_t sleeper = server.spawn({kWorker, "probe", "sleep"}, {}, out.write);
+  REQUIRE_MESSAGE(sleeper > 0, server.last_error());
+  out.close_write();
+  // Killed once it runs (its first line is out), not while the server forks it.
+  auto first = std::string();
+  for (auto deadline = std::chrono::steady_clock::now() + 60s; !contains(first, "cmdline: ");) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "the sleeping probe said nothing: ", first);
+    pollfd p{out.read, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    auto n = ::read(out.read, buf, sizeof buf);
+    REQUIRE_MESSAGE(n > 0, "the sleeping probe ended early: ", first);
+    first.append(buf, size_t(n));
+  }
+  REQUIRE(::kill(sleeper, SIGKILL) == 0);
+  auto status = wait_exit(sleeper);
+  REQUIRE(status.has_value());
+  CHECK(WIFSIGNALED(*status));
+  CHECK(WTERMSIG(*status) == SIGKILL);
+  pid_t next = server.spawn({kWorker, "probe", "0"});
+  REQUIRE_MESSAGE(next > 0, server.last_error());
+  auto next_status = wait_exit(next);
+  REQUIRE(next_status.has_value());
+  CHECK(WIFEXITED(*next_status));
+  CHECK(WEXITSTATUS(*next_status) == 0);
+}
+
+TEST_CASE("a server that died fails its next request with the cause, and spawn_process starts the worker by exec") {
+  {
+    ForkServer server(kWorker);
+    REQUIRE(server.running());
+    pid_t server_pid = server.server_pid();
+    REQUIRE(::kill(server_pid, SIGKILL) == 0);
+    CHECK(server.spawn({kWorker, "probe", "0"}) == -1);  // FS4
+    CHECK_FALSE(server.running());
+    auto why = server.last_error();
+    CHECK_MESSAGE((contains(why, "went away") || contains(why, "took no request")), why);
+    CHECK(ended(server_pid));
+  }
+  // The shared path with the server turned off: exec, same argv, same child.
+  ::setenv("CASTOR_FORK_SERVER", "0", 1);
+  CHECK(castor::config::fork_server_for(kWorker) == nullptr);
+  Pipe out;
+  pid_t pid = castor::config::spawn_process(kWorker, {kWorker, "probe", "5"}, {{"CASTOR_PROBE_VAR", "by exec"}},
+                                            out.write);
+  ::unsetenv("CASTOR_FORK_SERVER");
+  REQUIRE(pid > 0);
+  out.close_write();
+  auto text = out.drain();
+  auto status = wait_exit(pid);
+  REQUIRE(status.has_value());
+  CHECK(WEXITSTATUS(*status) == 5);
+  CHECK(Pipe::line(text, "var: ") == "by exec");
+  CHECK(Pipe::line(text, "cmdline: ") == kWorker + "|probe|5");
+  CHECK(Pipe::line(text, "environ: ") == "by exec");
+}
+
+TEST_CASE("a request too large for the server is refused alone: the server goes on, spawn_process execs it") {
+  ForkServer server(kWorker);
+  // 1.6 MiB of variables (exec takes up to 128 KiB a string, 2 MiB in all).
+  std::map<std::string, std::string> huge{{"CASTOR_PROBE_VAR", std::string(100 << 10, 'x')}};
+  for (int i = 0; i < 15; ++i) huge["CASTOR_PROBE_FILLER" + std::to_string(i)] = std::string(100 << 10, 'y');
+  CHECK(server.spawn({kWorker, "probe", "0"}, huge) == -1);
+  CHECK(server.running());
+  pid_t next = server.spawn({kWorker, "probe", "4"});
+  REQUIRE_MESSAGE(next > 0, server.last_error());
+  auto status = wait_exit(next);
+  REQUIRE(status.has_value());
+  CHECK(WEXITSTATUS(*status) == 4);
+  // Through the shared path, the same request is exec'd and loses nothing.
+  Pipe out;
+  pid_t pid = castor::config::spawn_process(kWorker, {kWorker, "probe", "0"}, huge, out.write);
+  REQUIRE(pid > 0);
+  out.close_write();
+  auto text = out.drain();
+  REQUIRE(wait_exit(pid).has_value());
+  CHECK(Pipe::line(text, "var: ") == huge["CASTOR_PROBE_VAR"]);
+}
+
+TEST_CASE("a requester that throws ends its server on the way out") {
+  pid_t server_pid = -1;
+  try {
+    ForkServer server(kWorker);
+    server_pid = server.server_pid();
+    REQUIRE(server_pid > 0);
+    throw std::runtime_error("user code threw");
+  } catch (const std::runtime_error& e) {
+    CHECK(std::string(e.what()) == "user code threw");
+  }
+  CHECK(ended(server_pid));
+  CHECK(::waitpid(server_pid, nullptr, WNOHANG) == -1);  // already reaped: no zombie left
+}
+
+TEST_CASE("a requester killed with SIGKILL takes its server with it, and its worker lives on") {
+  ForkServer subreaper_here(kWorker);  // FS2: orphans of our descendants come to us
+  Pipe out;
+  pid_t requester = castor::config::spawn_process(kWorker, {kWorker, "requester"}, {}, out.write);
+  REQUIRE(requester > 0);
+  out.close_write();
+  std::string text;
+  for (auto deadline = std::chrono::steady_clock::now() + 60s; !contains(text, "worker ");) {
+    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "the requester said nothing: ", text);
+    pollfd p{out.read, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[256];
+    auto n = ::read(out.read, buf, sizeof buf);
+    REQUIRE_MESSAGE(n > 0, "the requester ended early: ", text);
+    text.append(buf, size_t(n));
+  }
+  auto server_pid = pid_t(std::atoi(Pipe::line(text, "server ").c_str()));
+  auto worker_pid = pid_t(std::atoi(Pipe::line(text, "worker ").c_str()));
+  REQUIRE(server_pid > 0);
+  REQUIRE(worker_pid > 0);
+  REQUIRE(::kill(requester, SIGKILL) == 0);
+  auto status = wait_exit(requester);
+  REQUIRE(status.has_value());
+  CHECK(WTERMSIG(*status) == SIGKILL);
+  // FS5: the server reads the end of its socket and exits; it comes to us.
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!ended(server_pid) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  CHECK_MESSAGE(ended(server_pid), "the fork server of a killed requester still runs");
+  ::waitpid(server_pid, nullptr, WNOHANG);
+  // The worker outlives both; it came to us too, and we end it.
+  CHECK_FALSE(ended(worker_pid));
+  REQUIRE(::kill(worker_pid, SIGKILL) == 0);
+  auto worker_status = wait_exit(worker_pid);
+  REQUIRE(worker_status.has_value());
+  CHECK(WTERMSIG(*worker_status) == SIGKILL);
+}
