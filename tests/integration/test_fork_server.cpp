@@ -62,6 +62,23 @@ struct Pipe {
       out.append(buf, size_t(n));
     }
   }
+  // What was written until a whole line starting with `prefix` came (the
+  // writer may go on); fails the test if it does not come within `bound`.
+  std::string read_until_line(const std::string& prefix, std::chrono::milliseconds bound = 60s) {
+    std::string out;
+    auto deadline = std::chrono::steady_clock::now() + bound;
+    for (;;) {
+      auto at = out.find(prefix);
+      if (at != std::string::npos && out.find('\n', at) != std::string::npos) return out;
+      REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "no line '", prefix, "' came: ", out);
+      pollfd p{read, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      char buf[4096];
+      auto n = ::read(read, buf, sizeof buf);
+      REQUIRE_MESSAGE(n > 0, "the process ended before a line '", prefix, "': ", out);
+      out.append(buf, size_t(n));
+    }
+  }
   // The first line that starts with `prefix`, without it.
   static std::string line(const std::string& text, const std::string& prefix) {
     auto at = text.find(prefix);
@@ -128,16 +145,7 @@ TEST_CASE("a forked worker killed with SIGKILL is seen killed by its requester, 
   REQUIRE_MESSAGE(sleeper > 0, server.last_error());
   out.close_write();
   // Killed once it runs (its first line is out), not while the server forks it.
-  auto first = std::string();
-  for (auto deadline = std::chrono::steady_clock::now() + 60s; !contains(first, "cmdline: ");) {
-    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "the sleeping probe said nothing: ", first);
-    pollfd p{out.read, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[4096];
-    auto n = ::read(out.read, buf, sizeof buf);
-    REQUIRE_MESSAGE(n > 0, "the sleeping probe ended early: ", first);
-    first.append(buf, size_t(n));
-  }
+  out.read_until_line("cmdline: ");
   REQUIRE(::kill(sleeper, SIGKILL) == 0);
   auto status = wait_exit(sleeper);
   REQUIRE(status.has_value());
@@ -223,16 +231,7 @@ TEST_CASE("a requester killed with SIGKILL takes its server with it, and its wor
   pid_t requester = castor::config::spawn_process(kWorker, {kWorker, "requester"}, {}, out.write);
   REQUIRE(requester > 0);
   out.close_write();
-  std::string text;
-  for (auto deadline = std::chrono::steady_clock::now() + 60s; !contains(text, "worker ");) {
-    REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "the requester said nothing: ", text);
-    pollfd p{out.read, POLLIN, 0};
-    if (::poll(&p, 1, 100) <= 0) continue;
-    char buf[256];
-    auto n = ::read(out.read, buf, sizeof buf);
-    REQUIRE_MESSAGE(n > 0, "the requester ended early: ", text);
-    text.append(buf, size_t(n));
-  }
+  auto text = out.read_until_line("worker ");
   auto server_pid = pid_t(std::atoi(Pipe::line(text, "server ").c_str()));
   auto worker_pid = pid_t(std::atoi(Pipe::line(text, "worker ").c_str()));
   REQUIRE(server_pid > 0);
