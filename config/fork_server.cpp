@@ -357,6 +357,11 @@ void ForkServer::fail(std::string why) {
   server_pid_ = -1;
 }
 
+pid_t ForkServer::server_pid() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return server_pid_;
+}
+
 bool ForkServer::running() const {
   std::lock_guard<std::mutex> lock(mtx_);
   return fd_ >= 0;
@@ -425,15 +430,36 @@ pid_t ForkServer::spawn(const std::vector<std::string>& argv, const std::map<std
   return pid_t(reply);
 }
 
+namespace {
+
+struct Servers {
+  std::mutex mtx;
+  std::map<std::string, std::unique_ptr<ForkServer>> by_executable;  // ended at exit (FS5)
+};
+
+Servers& servers() {
+  static Servers all;
+  return all;
+}
+
+}  // namespace
+
 ForkServer* fork_server_for(const std::string& executable) {
-  static std::mutex mtx;
-  static std::map<std::string, std::unique_ptr<ForkServer>> servers;  // ended at exit (FS5)
   const char* off = std::getenv("CASTOR_FORK_SERVER");
   if (off && std::strcmp(off, "0") == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(mtx);
-  auto& server = servers[executable];
+  auto& all = servers();
+  std::lock_guard<std::mutex> lock(all.mtx);
+  auto& server = all.by_executable[executable];
   if (!server) server = std::make_unique<ForkServer>(executable);
   return server->running() ? server.get() : nullptr;
+}
+
+bool is_fork_server(pid_t pid) {
+  auto& all = servers();
+  std::lock_guard<std::mutex> lock(all.mtx);
+  for (const auto& [exe, server] : all.by_executable)
+    if (server && server->server_pid() == pid) return true;
+  return false;
 }
 
 pid_t spawn_process(const std::string& executable, const std::vector<std::string>& argv,

@@ -39,7 +39,7 @@ class ForkServer {
   /// False once the server is gone for good (FS4).
   bool running() const;
   const std::string& executable() const { return executable_; }
-  pid_t server_pid() const { return server_pid_; }
+  pid_t server_pid() const;  // -1 once it is gone
   std::string last_error() const;
 
  private:
@@ -55,6 +55,10 @@ class ForkServer {
 /// This process's server for `executable`, started on first use; nullptr
 /// when CASTOR_FORK_SERVER=0 or the server is gone (FS4).
 ForkServer* fork_server_for(const std::string& executable);
+
+/// Whether `pid` is the server of a fork_server_for() of this process (its
+/// ForkServer reaps it: a launcher that reaps strays leaves it alone).
+bool is_fork_server(pid_t pid);
 
 /// A new process of `executable` with `argv` (argv[0] included), through
 /// fork_server_for(executable) when it can, else posix_spawn: either way a

@@ -106,6 +106,22 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   ::_exit(127);
 }
 
+// Note [Fork server], FS2: the launcher is a child subreaper, so the orphans
+// of its workers' own children (a helper process of a worker that died)
+// come to it; they are reaped here and never stay zombies. Only the first
+// waitable child is seen without reaping it: one of ours waits for the
+// launch loop, and the strays behind it for the next round.
+void reap_strays(const std::vector<Child>& children) {
+  for (;;) {
+    siginfo_t info{};
+    if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
+    for (const auto& c : children)
+      if (c.pid == info.si_pid) return;
+    if (config::is_fork_server(info.si_pid)) return;  // ForkServer reaps it (FS5): its pid stays its own
+    ::waitpid(info.si_pid, nullptr, WNOHANG);
+  }
+}
+
 }  // namespace
 
 void report_lost(const LaunchResult& result, const std::string& command) {
@@ -196,6 +212,7 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       --alive;
       exits.emplace_back(&c, status);
     }
+    reap_strays(children);
     // Clean exits first (rank 0 ended well: what dies after it is not the
     // job's end, L1), then the deaths (L5), then the failed exits.
     auto order = [](int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : WIFSIGNALED(status) ? 1 : 2; };

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -616,4 +617,24 @@ TEST_CASE("the training log writes a CSV and an SVG with both series") {
   CHECK(contains(svg, "<svg"));
   CHECK(contains(svg, "reference"));
   CHECK(contains(svg, "stroke-dasharray"));  // the reference is dashed
+}
+
+TEST_CASE("the launcher reaps the orphans of its workers' own children, as the fork server's subreaper") {
+  // Note [Fork server], FS2: a launcher that forked workers through the
+  // server is a child subreaper, so a worker's own child outliving it comes
+  // to the launcher. Here a worker leaves a child behind and ends; the job
+  // (rank 0's 1 s) goes on past that child's end.
+  REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
+  std::vector<castor::apps::ProcessSpec> specs(2);
+  specs[0].name = "leader";
+  specs[0].argv = {"/bin/sh", "-c", "sleep 1"};
+  specs[0].leader = true;
+  specs[1].name = "parent";
+  specs[1].argv = {"/bin/sh", "-c", "sleep 0.2 & exit 0"};
+  auto result = castor::apps::run_processes(specs, std::chrono::seconds(5));
+  CHECK(result.exit_code == 0);
+  CHECK(result.died.empty());
+  siginfo_t info{};
+  int rc = ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+  CHECK_MESSAGE((rc != 0 || info.si_pid == 0), "a zombie was left: pid ", info.si_pid);
 }
