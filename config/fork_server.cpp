@@ -3,12 +3,15 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
@@ -34,34 +37,50 @@ namespace castor::config {
 //      library loaded and initialised, main() just entered, nothing else --
 //      no CAF system, no thread of its own (OpenBLAS's pool, started by its
 //      loader, is shut down by OpenBLAS's own fork handler and starts again
-//      in the worker on first use), no output buffered. A forked worker
-//      then runs as an exec'd one would.
+//      in the worker on first use), no output buffered (flushed before the
+//      first fork). A forked worker then runs as an exec'd one would. What
+//      it cannot have anew: the server's address-space layout, stack canary
+//      and pointer guard are every worker's (as with any fork server).
 //  FS2. A worker is a child of the requester, as fork+exec makes it: the
 //      server forks an intermediate that forks the worker and exits at
 //      once; the kernel hands the orphan to the nearest child subreaper
 //      (the requester, which made itself one before it started the server)
-//      before the server reaps the intermediate and answers with the pid.
-//      waitpid, kill, exit codes and signals work as before.
+//      before the server reaps the intermediate and answers with the pid,
+//      and the worker waits for that before it runs. waitpid, kill, exit
+//      codes and signals work as before.
 //  FS3. The worker gets what exec would have given it: the request's argv,
 //      the requester's whole environment at the time of the request (not at
 //      the server's start) plus the request's variables, the requester's
-//      working folder, and stdout/stderr on the request's descriptor. Its
-//      /proc/PID/cmdline and /proc/PID/environ show them too: they are
-//      written over the server's own argument and environment areas, which
-//      the requester padded when it started the server. So ps, pgrep -f and
-//      tools (and tests) that find a worker by its RANK see it as an exec'd
-//      one. The old strings there have no reader left (argv and environ now
-//      point to copies); a library that kept a getenv() pointer from its
-//      load would read the new text.
-//  FS4. The server is a speed-up, never a condition: when it cannot start,
-//      dies, or does not answer within kReplyBound, spawn() returns -1 and
-//      the caller starts the process with exec. CASTOR_FORK_SERVER=0 turns
-//      it off.
-//  FS5. The server ends with its requester: it reads the end of its socket
-//      (the requester's end is close-on-exec and never forked without exec,
-//      so only the requester holds it) and exits at once. The requester's
-//      destructor closes it and reaps it. Workers outlive the server.
-
+//      working folder (by descriptor: a folder renamed since is still the
+//      one), its signal mask, the signals it ignores and its umask, and
+//      stdout/stderr on the request's descriptor. Its /proc/PID/cmdline and
+//      /proc/PID/environ show them too: they are written over the server's
+//      own argument and environment areas, which the requester padded when
+//      it started the server (and which keep their length: what is left is
+//      NULs, which ps and pgrep drop). So ps, pgrep -f and tools (and tests)
+//      that find a worker by its RANK see it as an exec'd one. The old
+//      strings there have no reader left (argv and environ now point to
+//      copies); a library that kept a getenv() pointer from its load would
+//      read the new text. Not carried: resource limits, nice value and CPU
+//      affinity are the server's (the requester's when it started it).
+//  FS4. What libraries read from the environment while they load (kLoadTime
+//      prefixes: the dynamic linker's and glibc's tunables, OpenMP's,
+//      OpenBLAS's, MKL's, libtorch's) was read once, in the server: a
+//      request whose values of them differ from the server's start is
+//      refused, and that worker is exec'd.
+//  FS5. The server is a speed-up, never a condition: when it cannot start,
+//      dies, or does not answer within the reply bound, spawn() returns -1
+//      and the caller starts the process with exec. A worker runs only once
+//      its requester has taken its pid: it first reads one byte from a pipe
+//      only the requester writes, after the reply. A requester that gave up
+//      closes the pipe, and a worker forked late ends at once (127) without
+//      running: a worker is never started twice. CASTOR_FORK_SERVER=0 turns
+//      the server off.
+//  FS6. The server ends with its requester: it reads the end of its socket
+//      (the requester's end is close-on-exec) and exits at once. A
+//      ForkServer closes, kills and reaps its server in the process that
+//      made it, never in a child forked from that process. Workers outlive
+//      the server.
 namespace {
 
 constexpr const char* kFdVariable = "CASTOR_FORK_SERVER_FD";
@@ -70,20 +89,29 @@ constexpr int kServerFd = 3;                 // where the server finds its socke
 constexpr const char* kRoomVariable = "CASTOR_FORK_SERVER_ROOM";
 constexpr size_t kArgumentPad = 8192;        // FS3: room for a worker's argv in /proc/PID/cmdline
 constexpr size_t kEnvironmentPad = 16384;    // FS3: and for what its environment has over the server's
-constexpr int kReplyBoundMs = 30000;         // FS4: the first reply waits for the server's own load
 constexpr size_t kMaxRequest = 1 << 20;
+constexpr uint32_t kUmaskUnknown = ~0u;
+constexpr int kMaxFds = 3;                   // the go pipe, the folder, the output
+// FS4: variables that libraries read while they load.
+constexpr const char* kLoadTime[] = {"LD_", "GLIBC_TUNABLES", "MALLOC_", "OMP_", "OPENBLAS_", "GOTO", "MKL_", "TORCH_"};
 
-// --- the request: argv, environment, working folder (length-prefixed strings)
+bool read_at_load(const std::string& name) {
+  for (const char* prefix : kLoadTime)
+    if (name.compare(0, std::strlen(prefix), prefix) == 0) return true;
+  return false;
+}
+
+// --- the request: length-prefixed strings and numbers
+
+void put_u32(std::string& out, uint32_t n) { out.append(reinterpret_cast<const char*>(&n), sizeof n); }
 
 void put_string(std::string& out, const std::string& s) {
-  auto n = uint32_t(s.size());
-  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  put_u32(out, uint32_t(s.size()));
   out += s;
 }
 
 void put_list(std::string& out, const std::vector<std::string>& list) {
-  auto n = uint32_t(list.size());
-  out.append(reinterpret_cast<const char*>(&n), sizeof n);
+  put_u32(out, uint32_t(list.size()));
   for (const auto& s : list) put_string(out, s);
 }
 
@@ -123,8 +151,37 @@ struct RequestReader {
 struct Request {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // "NAME=value"
-  std::string cwd;
+  std::string signal_mask;       // a sigset_t's bytes
+  std::string ignored;           // the numbers of the signals set to SIG_IGN, one byte each
+  uint32_t umask = kUmaskUnknown;
+  bool has_out = false;
 };
+
+// --- the requester's side
+
+// The umask, read without changing it (umask() would, for every thread).
+uint32_t current_umask() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "Umask:") {
+      std::string octal;
+      in >> octal;
+      return uint32_t(std::strtoul(octal.c_str(), nullptr, 8));
+    }
+    in.ignore(1 << 16, '\n');
+  }
+  return kUmaskUnknown;
+}
+
+std::string ignored_signals() {
+  std::string out;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction sa {};
+    if (::sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler == SIG_IGN) out += char(sig);
+  }
+  return out;
+}
 
 // --- the worker's side (FS3)
 
@@ -175,16 +232,40 @@ struct ExecStrings {
 };
 ExecStrings* exec_strings = nullptr;
 
+// Signal mask and ignored signals as the requester had them; handlers that
+// a library installed while it loaded stay, as they would after exec.
+void take_signals(const Request& req) {
+  if (req.signal_mask.size() == sizeof(sigset_t)) {
+    sigset_t mask;
+    std::memcpy(&mask, req.signal_mask.data(), sizeof mask);
+    ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+  }
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    bool ignore = req.ignored.find(char(sig)) != std::string::npos;
+    struct sigaction now {};
+    if (::sigaction(sig, nullptr, &now) != 0) continue;
+    if (ignore && now.sa_handler != SIG_IGN) ::signal(sig, SIG_IGN);
+    if (!ignore && now.sa_handler == SIG_IGN) ::signal(sig, SIG_DFL);
+  }
+}
+
 // Turns this freshly forked process into the requested one.
-void become(const Request& req, int out_fd, const ProcAreas& areas, int& argc, char**& argv) {
+void become(const Request& req, int cwd_fd, int out_fd, const ProcAreas& areas, int& argc, char**& argv) {
+  if (::fchdir(cwd_fd) != 0) {
+    // Only a folder we may no longer enter fails here; the worker starts in the server's, its paths say the rest.
+  }
+  ::close(cwd_fd);
   if (out_fd >= 0) {
     ::dup2(out_fd, 1);
     ::dup2(out_fd, 2);
+    ::fcntl(1, F_SETFD, 0);  // dup2 onto itself keeps close-on-exec: a worker that execs keeps its output
+    ::fcntl(2, F_SETFD, 0);
     if (out_fd > 2) ::close(out_fd);
+    if (out_fd == 0) ::close(0);  // the requester had no stdin: neither has the worker
   }
-  if (!req.cwd.empty() && ::chdir(req.cwd.c_str()) != 0) {
-    // As exec would: the worker starts wherever it can; its own paths say the rest.
-  }
+  take_signals(req);
+  if (req.umask != kUmaskUnknown) ::umask(mode_t(req.umask));
   exec_strings = new ExecStrings{req.env, req.argv, {}};
   ::clearenv();
   for (auto& kv : exec_strings->env) ::putenv(kv.data());
@@ -203,10 +284,13 @@ void become(const Request& req, int out_fd, const ProcAreas& areas, int& argc, c
   program_invocation_short_name = slash ? slash + 1 : argv[0];
 }
 
-bool read_request(int sock, Request& req, int& out_fd, bool& ended) {
-  std::string buffer(kMaxRequest, '\0');
+// --- the server's side
+
+// The next request and its descriptors (go pipe, folder, output if any).
+// false with `ended` when the requester is gone.
+bool read_request(int sock, std::vector<char>& buffer, Request& req, std::vector<int>& fds, bool& ended) {
   iovec iov{buffer.data(), buffer.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -215,23 +299,50 @@ bool read_request(int sock, Request& req, int& out_fd, bool& ended) {
   ssize_t n;
   do n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
   while (n < 0 && errno == EINTR);
-  out_fd = -1;
+  fds.clear();
   if (n <= 0) {
-    ended = true;  // FS5: the requester is gone
+    ended = true;  // FS6: the requester is gone
     return false;
   }
-  for (auto* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) std::memcpy(&out_fd, CMSG_DATA(c), sizeof out_fd);
+  for (auto* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      fds.push_back(fd);
+    }
+  }
   RequestReader r{buffer.data(), buffer.data() + n};
   req.argv = r.list();
   req.env = r.list();
-  req.cwd = r.string();
-  return r.ok && !req.argv.empty() && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
+  req.signal_mask = r.string();
+  req.ignored = r.string();
+  req.umask = r.u32();
+  req.has_out = r.u32() != 0;
+  return r.ok && !req.argv.empty() && fds.size() == (req.has_out ? 3u : 2u) &&
+         !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
 }
 
 void answer(int sock, int32_t pid_or_error) {
   while (::send(sock, &pid_or_error, sizeof pid_or_error, MSG_NOSIGNAL) < 0 && errno == EINTR) {
   }
+}
+
+void close_all(std::vector<int>& fds) {
+  for (int fd : fds) ::close(fd);
+  fds.clear();
+}
+
+// FS5: the requester writes one byte once it has the worker's pid; nothing
+// (the pipe closed) if it gave up on this request.
+bool requester_took_pid(int go_fd) {
+  char go = 0;
+  ssize_t n;
+  do n = ::read(go_fd, &go, 1);
+  while (n < 0 && errno == EINTR);
+  ::close(go_fd);
+  return n == 1;
 }
 
 }  // namespace
@@ -242,20 +353,22 @@ void serve_forks_if_asked(int& argc, char**& argv) {
   int sock = std::atoi(given);
   ::unsetenv(kFdVariable);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
+  std::fflush(nullptr);  // FS1: nothing buffered is printed by every worker
   auto areas = proc_areas();
+  std::vector<char> buffer(kMaxRequest);
+  std::vector<int> fds;
   for (;;) {
     Request req;
-    int out_fd = -1;
     bool ended = false;
-    if (!read_request(sock, req, out_fd, ended)) {
+    if (!read_request(sock, buffer, req, fds, ended)) {
       if (ended) ::_exit(0);
-      if (out_fd >= 0) ::close(out_fd);
+      close_all(fds);
       answer(sock, -EINVAL);
       continue;
     }
     int pipe_fds[2];
     if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
-      if (out_fd >= 0) ::close(out_fd);
+      close_all(fds);
       answer(sock, -errno);
       continue;
     }
@@ -270,7 +383,8 @@ void serve_forks_if_asked(int& argc, char**& argv) {
         ::close(sock);
         ::close(pipe_fds[0]);
         ::close(pipe_fds[1]);
-        become(req, out_fd, areas, argc, argv);
+        if (!requester_took_pid(fds[0])) ::_exit(127);  // FS5: it gave up on us and started another
+        become(req, fds[1], req.has_out ? fds[2] : -1, areas, argc, argv);
         return;  // into main(), as the requested process
       }
       int32_t reply = worker > 0 ? int32_t(worker) : -errno;
@@ -293,12 +407,13 @@ void serve_forks_if_asked(int& argc, char**& argv) {
     }
     ::close(pipe_fds[0]);
     if (pipe_fds[1] >= 0) ::close(pipe_fds[1]);
-    if (out_fd >= 0) ::close(out_fd);
+    close_all(fds);
     answer(sock, reply);
   }
 }
 
-ForkServer::ForkServer(const std::string& executable) : executable_(executable) {
+ForkServer::ForkServer(const std::string& executable, std::chrono::milliseconds reply_bound)
+    : executable_(executable), reply_bound_(reply_bound), owner_(::getpid()) {
   std::lock_guard<std::mutex> lock(mtx_);
   // FS2: before the server exists, so that its descendants know of us.
   if (::prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
@@ -319,24 +434,31 @@ ForkServer::ForkServer(const std::string& executable) : executable_(executable) 
   std::string exe = executable_, flag = kServerFlag, pad(kArgumentPad, ' ');
   char* args[] = {exe.data(), flag.data(), pad.data(), nullptr};
   std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e)
-    if (std::strncmp(*e, kFdVariable, std::strlen(kFdVariable)) != 0 &&
-        std::strncmp(*e, kRoomVariable, std::strlen(kRoomVariable)) != 0)
-      env_strings.emplace_back(*e);
+  std::map<std::string, std::string> load_time;  // FS4: by name, the first of each as getenv() finds it
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    auto name = kv.substr(0, eq);
+    if (name == kFdVariable || name == kRoomVariable) continue;
+    if (read_at_load(name) && eq != std::string::npos) load_time.emplace(name, kv.substr(eq + 1));
+    env_strings.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : load_time) load_time_env_.push_back(k + "=" + v);
   env_strings.push_back(std::string(kFdVariable) + "=" + std::to_string(kServerFd));
   env_strings.push_back(std::string(kRoomVariable) + "=" + std::string(kEnvironmentPad, ' '));  // FS3
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  int rc = ::posix_spawn(&server_pid_, exe.c_str(), &actions, nullptr, args, envp.data());
+  pid_t pid = -1;
+  int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, args, envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
-    server_pid_ = -1;
     ::close(fds[0]);
     fail("cannot start " + executable_ + ": " + std::strerror(rc));
     return;
   }
+  server_pid_ = pid;
   fd_ = fds[0];
 }
 
@@ -347,19 +469,22 @@ ForkServer::~ForkServer() {
 
 void ForkServer::fail(std::string why) {
   error_ = std::move(why);
-  if (fd_ >= 0) ::close(fd_);  // FS5: the server reads the end and exits
+  if (fd_ >= 0) ::close(fd_);  // FS6: the server reads the end and exits
   fd_ = -1;
-  if (server_pid_ > 0) {
-    ::kill(server_pid_, SIGKILL);  // it may still be loading; a bound either way
-    while (::waitpid(server_pid_, nullptr, 0) < 0 && errno == EINTR) {
+  pid_t pid = server_pid_.exchange(-1);
+  if (pid > 0 && ::getpid() == owner_) {  // FS6: not from a child that was forked without exec
+    ::kill(pid, SIGKILL);  // it may still be loading; a bound either way
+    while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
   }
-  server_pid_ = -1;
 }
 
-pid_t ForkServer::server_pid() const {
+bool ForkServer::reap_if_dead(pid_t pid) {
+  if (pid <= 0 || server_pid_.load() != pid) return false;
   std::lock_guard<std::mutex> lock(mtx_);
-  return server_pid_;
+  if (server_pid_.load() != pid) return false;
+  fail("the fork server died");  // a zombie of ours: its pid is still its own until this reaps it
+  return true;
 }
 
 bool ForkServer::running() const {
@@ -383,50 +508,94 @@ pid_t ForkServer::spawn(const std::vector<std::string>& argv, const std::map<std
     if (eq) merged.emplace(std::string(*e, size_t(eq - *e)), std::string(eq + 1));
   }
   for (const auto& [k, v] : env) merged[k] = v;
-  std::vector<std::string> env_list;
-  for (const auto& [k, v] : merged) env_list.push_back(k + "=" + v);
-  char cwd[4096];
+  std::vector<std::string> env_list, load_time;
+  for (const auto& [k, v] : merged) {
+    env_list.push_back(k + "=" + v);
+    if (read_at_load(k)) load_time.push_back(env_list.back());
+  }
+  if (load_time != load_time_env_) {  // FS4 (both sorted by name)
+    error_ = "a variable read while libraries load differs from the fork server's start: exec'd instead";
+    return -1;
+  }
+  sigset_t mask;
+  ::pthread_sigmask(SIG_SETMASK, nullptr, &mask);
   std::string request;
   put_list(request, argv);
   put_list(request, env_list);
-  put_string(request, ::getcwd(cwd, sizeof cwd) ? cwd : "");
-  if (request.size() > kMaxRequest) return -1;  // too large for one request: exec takes it
-
+  put_string(request, std::string(reinterpret_cast<const char*>(&mask), sizeof mask));
+  put_string(request, ignored_signals());
+  put_u32(request, current_umask());
+  put_u32(request, out_fd >= 0 ? 1 : 0);
+  if (request.size() > kMaxRequest) {
+    error_ = "the request is larger than the fork server takes: exec'd instead";
+    return -1;
+  }
+  int go[2];
+  if (::pipe2(go, O_CLOEXEC) != 0) {
+    error_ = std::string("pipe: ") + std::strerror(errno);
+    return -1;
+  }
+  int cwd_fd = ::open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+  if (cwd_fd < 0) {
+    error_ = std::string("cannot open the working folder: ") + std::strerror(errno);
+    ::close(go[0]);
+    ::close(go[1]);
+    return -1;
+  }
+  int passed[kMaxFds] = {go[0], cwd_fd, out_fd};
+  size_t count = out_fd >= 0 ? 3 : 2;
   iovec iov{request.data(), request.size()};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(kMaxFds * sizeof(int))] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
-  if (out_fd >= 0) {
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    auto* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &out_fd, sizeof out_fd);
-  }
+  msg.msg_control = control;
+  msg.msg_controllen = CMSG_SPACE(count * sizeof(int));
+  auto* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(count * sizeof(int));
+  std::memcpy(CMSG_DATA(c), passed, count * sizeof(int));
   ssize_t sent;
   do sent = ::sendmsg(fd_, &msg, MSG_NOSIGNAL);
   while (sent < 0 && errno == EINTR);
+  int send_error = errno;
+  ::close(go[0]);  // the server has its own copies now
+  ::close(cwd_fd);
   if (sent != ssize_t(request.size())) {
-    if (sent < 0 && errno == EMSGSIZE) return -1;  // this request only
-    fail(std::string("the fork server took no request: ") + std::strerror(errno));
+    ::close(go[1]);
+    if (sent < 0 && send_error == EMSGSIZE) {  // larger than the socket takes: this request only
+      error_ = "the request is larger than the fork server's socket takes: exec'd instead";
+      return -1;
+    }
+    fail(std::string("the fork server took no request: ") + std::strerror(send_error));
     return -1;
   }
-  pollfd p{fd_, POLLIN, 0};
-  int ready;
-  do ready = ::poll(&p, 1, kReplyBoundMs);
-  while (ready < 0 && errno == EINTR);
+  auto deadline = std::chrono::steady_clock::now() + reply_bound_;
+  int ready = 0;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    pollfd p{fd_, POLLIN, 0};
+    ready = ::poll(&p, 1, int(std::max<int64_t>(0, left.count())));
+    if (ready >= 0 || errno != EINTR) break;
+  }
   int32_t reply = 0;
   if (ready != 1 || ::recv(fd_, &reply, sizeof reply, 0) != ssize_t(sizeof reply)) {
-    fail(ready == 0 ? "the fork server did not answer in time" : "the fork server went away");
+    ::close(go[1]);  // FS5: a worker forked after this ends without running
+    fail(ready == 0 ? "the fork server did not answer within " + std::to_string(reply_bound_.count()) + " ms"
+                    : "the fork server went away");
     return -1;
   }
   if (reply < 0) {
+    ::close(go[1]);
     error_ = std::string("the fork server could not fork: ") + std::strerror(-reply);
     return -1;
   }
+  char go_byte = 1;
+  ssize_t written;
+  do written = ::write(go[1], &go_byte, 1);  // FS5: the worker may run
+  while (written < 0 && errno == EINTR);
+  ::close(go[1]);
   return pid_t(reply);
 }
 
@@ -434,12 +603,14 @@ namespace {
 
 struct Servers {
   std::mutex mtx;
-  std::map<std::string, std::unique_ptr<ForkServer>> by_executable;  // ended at exit (FS5)
+  std::map<std::string, std::unique_ptr<ForkServer>> by_executable;
 };
 
+// Never destroyed: a thread may still spawn while the process exits, and
+// each server ends by itself when its socket closes with the process (FS6).
 Servers& servers() {
-  static Servers all;
-  return all;
+  static auto* all = new Servers;
+  return *all;
 }
 
 }  // namespace
@@ -454,11 +625,11 @@ ForkServer* fork_server_for(const std::string& executable) {
   return server->running() ? server.get() : nullptr;
 }
 
-bool is_fork_server(pid_t pid) {
+bool reap_if_fork_server(pid_t pid) {
   auto& all = servers();
   std::lock_guard<std::mutex> lock(all.mtx);
   for (const auto& [exe, server] : all.by_executable)
-    if (server && server->server_pid() == pid) return true;
+    if (server && server->reap_if_dead(pid)) return true;
   return false;
 }
 
@@ -467,7 +638,7 @@ pid_t spawn_process(const std::string& executable, const std::vector<std::string
   if (argv.empty()) return -1;
   if (auto* server = fork_server_for(executable))
     if (pid_t pid = server->spawn(argv, env, out_fd); pid > 0) return pid;
-  // FS4: the usual way.
+  // FS5: the usual way.
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   if (out_fd >= 0) {

@@ -38,6 +38,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -106,19 +107,22 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   ::_exit(127);
 }
 
-// Note [Fork server], FS2: the launcher is a child subreaper, so the orphans
-// of its workers' own children (a helper process of a worker that died)
-// come to it; they are reaped here and never stay zombies. Only the first
-// waitable child is seen without reaping it: one of ours waits for the
-// launch loop, and the strays behind it for the next round.
+// Note [Fork server], FS2: a launcher that started a fork server is a child
+// subreaper, so the orphans of its workers' own children (a helper process
+// of a worker that died) come to it; they are reaped here and never stay
+// zombies. Only the first waitable child is seen without reaping it: one of
+// ours waits for the launch loop, and the strays behind it for the next
+// round. A fork server that died is reaped by its ForkServer. A process that
+// is no subreaper (a test calling run_processes) has no strays of ours.
 void reap_strays(const std::vector<Child>& children) {
+  int subreaper = 0;
+  if (::prctl(PR_GET_CHILD_SUBREAPER, &subreaper) != 0 || !subreaper) return;
   for (;;) {
     siginfo_t info{};
     if (::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0) return;
     for (const auto& c : children)
       if (c.pid == info.si_pid) return;
-    if (config::is_fork_server(info.si_pid)) return;  // ForkServer reaps it (FS5): its pid stays its own
-    ::waitpid(info.si_pid, nullptr, WNOHANG);
+    if (!config::reap_if_fork_server(info.si_pid)) ::waitpid(info.si_pid, nullptr, WNOHANG);
   }
 }
 

@@ -1,10 +1,12 @@
 // Note [Fork server]: processes forked from a loaded copy of their program
-// are what exec would have made them (FS1-FS3); a server that is gone, a
-// request too large, or a requester that ends loses nothing (FS4, FS5).
+// are what exec would have made them (FS1-FS4); a server that is gone or
+// stops answering, a request too large, or a requester that ends loses
+// nothing (FS5, FS6).
 // castor_test_worker is the program: its `probe` says what it got.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -68,7 +70,7 @@ struct Pipe {
     std::string out;
     auto deadline = std::chrono::steady_clock::now() + bound;
     for (;;) {
-      auto at = out.find(prefix);
+      auto at = ("\n" + out).find("\n" + prefix);
       if (at != std::string::npos && out.find('\n', at) != std::string::npos) return out;
       REQUIRE_MESSAGE(std::chrono::steady_clock::now() < deadline, "no line '", prefix, "' came: ", out);
       pollfd p{read, POLLIN, 0};
@@ -81,7 +83,7 @@ struct Pipe {
   }
   // The first line that starts with `prefix`, without it.
   static std::string line(const std::string& text, const std::string& prefix) {
-    auto at = text.find(prefix);
+    auto at = ("\n" + text).find("\n" + prefix);  // at a line's start: another process may share the pipe
     if (at == std::string::npos) return "(no line '" + prefix + "')";
     auto end = text.find('\n', at);
     return text.substr(at + prefix.size(), end == std::string::npos ? std::string::npos : end - at - prefix.size());
@@ -115,10 +117,20 @@ TEST_CASE("a forked worker is the requester's child with the request's argv, env
   // FS3: the environment and folder of the request's time, not the server's start.
   ::setenv("CASTOR_PROBE_VAR", "set after the server started", 1);
   auto before = std::filesystem::current_path();
-  auto folder = std::filesystem::temp_directory_path();
+  auto folder = std::filesystem::canonical(std::filesystem::temp_directory_path());
   std::filesystem::current_path(folder);
+  // And the signals and umask of the request's time.
+  auto old_pipe = ::signal(SIGPIPE, SIG_IGN);
+  sigset_t usr2, old_mask;
+  sigemptyset(&usr2);
+  sigaddset(&usr2, SIGUSR2);
+  ::pthread_sigmask(SIG_BLOCK, &usr2, &old_mask);
+  auto old_umask = ::umask(027);
   Pipe out;
   pid_t pid = server.spawn({kWorker, "probe", "7"}, {{"CASTOR_PROBE_EXTRA", "1"}}, out.write);
+  ::umask(old_umask);
+  ::pthread_sigmask(SIG_SETMASK, &old_mask, nullptr);
+  ::signal(SIGPIPE, old_pipe);
   std::filesystem::current_path(before);
   ::unsetenv("CASTOR_PROBE_VAR");
   REQUIRE_MESSAGE(pid > 0, server.last_error());
@@ -131,11 +143,22 @@ TEST_CASE("a forked worker is the requester's child with the request's argv, env
   CHECK(Pipe::line(text, "argv: ") == kWorker + "|probe|7");
   CHECK(Pipe::line(text, "var: ") == "set after the server started");
   CHECK(Pipe::line(text, "cwd: ") == folder.string());
-  CHECK(Pipe::line(text, "threads: ") == "1");  // FS1: nothing of the server's runs on
+  CHECK(Pipe::line(text, "threads: ") == "1");  // as any fork's; the server's own count is FS1's test below
   CHECK(Pipe::line(text, "mm: ") == "524288");  // 64x64 ones times twos: 128 each, 4096 of them
   CHECK(Pipe::line(text, "ppid: ") == std::to_string(::getpid()));
   CHECK(Pipe::line(text, "cmdline: ") == kWorker + "|probe|7");  // ps and pgrep -f see the worker
   CHECK(Pipe::line(text, "environ: ") == "set after the server started");  // and so does ps e
+  CHECK(Pipe::line(text, "fds: ") == "0,1,2");  // nothing of the server's, the request's or ours leaks in
+  CHECK(Pipe::line(text, "sigpipe: ") == "ignored");
+  CHECK(Pipe::line(text, "usr2 blocked: ") == "yes");
+  CHECK(Pipe::line(text, "umask: ") == "0027");
+  // FS1: the server forks single-threaded (OpenBLAS's pool went at the
+  // first fork and never comes back there).
+  int server_threads = 0;
+  for ([[maybe_unused]] auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(server.server_pid()) + "/task"))
+    ++server_threads;
+  CHECK(server_threads == 1);
 }
 
 TEST_CASE("a forked worker killed with SIGKILL is seen killed by its requester, and the server goes on forking") {
@@ -165,7 +188,7 @@ TEST_CASE("a server that died fails its next request with the cause, and spawn_p
     REQUIRE(server.running());
     pid_t server_pid = server.server_pid();
     REQUIRE(::kill(server_pid, SIGKILL) == 0);
-    CHECK(server.spawn({kWorker, "probe", "0"}) == -1);  // FS4
+    CHECK(server.spawn({kWorker, "probe", "0"}) == -1);  // FS5
     CHECK_FALSE(server.running());
     auto why = server.last_error();
     CHECK_MESSAGE((contains(why, "went away") || contains(why, "took no request")), why);
@@ -195,6 +218,13 @@ TEST_CASE("a request too large for the server is refused alone: the server goes 
   std::map<std::string, std::string> huge{{"CASTOR_PROBE_VAR", std::string(100 << 10, 'x')}};
   for (int i = 0; i < 15; ++i) huge["CASTOR_PROBE_FILLER" + std::to_string(i)] = std::string(100 << 10, 'y');
   CHECK(server.spawn({kWorker, "probe", "0"}, huge) == -1);
+  CHECK(contains(server.last_error(), "larger than the fork server takes"));
+  CHECK(server.running());
+  // Under that bound but over what one message on the socket may carry.
+  std::map<std::string, std::string> large{{"CASTOR_PROBE_VAR", std::string(100 << 10, 'z')}};
+  for (int i = 0; i < 4; ++i) large["CASTOR_PROBE_FILLER" + std::to_string(i)] = std::string(100 << 10, 'y');
+  CHECK(server.spawn({kWorker, "probe", "0"}, large) == -1);
+  CHECK(contains(server.last_error(), "larger than the fork server's socket takes"));
   CHECK(server.running());
   pid_t next = server.spawn({kWorker, "probe", "4"});
   REQUIRE_MESSAGE(next > 0, server.last_error());
@@ -209,6 +239,43 @@ TEST_CASE("a request too large for the server is refused alone: the server goes 
   auto text = out.drain();
   REQUIRE(wait_exit(pid).has_value());
   CHECK(Pipe::line(text, "var: ") == huge["CASTOR_PROBE_VAR"]);
+}
+
+TEST_CASE("a request whose load-time variables differ from the server's start is exec'd, with them") {
+  ForkServer server(kWorker);
+  // FS4: OpenMP and OpenBLAS size themselves while they load, in the server.
+  std::map<std::string, std::string> env{{"OMP_NUM_THREADS", "1"}, {"CASTOR_PROBE_VAR", "exec'd"}};
+  if (const char* had = std::getenv("OMP_NUM_THREADS"); had && std::string(had) == "1") env["OMP_NUM_THREADS"] = "2";
+  CHECK(server.spawn({kWorker, "probe", "0"}, env) == -1);
+  CHECK(contains(server.last_error(), "a variable read while libraries load differs"));
+  CHECK(server.running());
+  Pipe out;
+  pid_t pid = castor::config::spawn_process(kWorker, {kWorker, "probe", "6"}, env, out.write);
+  REQUIRE(pid > 0);
+  out.close_write();
+  auto text = out.drain();
+  auto status = wait_exit(pid);
+  REQUIRE(status.has_value());
+  CHECK(WEXITSTATUS(*status) == 6);
+  CHECK(Pipe::line(text, "var: ") == "exec'd");
+}
+
+TEST_CASE("a server that stops answering is given up within the reply bound, with the cause") {
+  ForkServer server(kWorker, std::chrono::milliseconds(1500));
+  pid_t first = server.spawn({kWorker, "probe", "0"});  // loaded and idle after this one
+  REQUIRE_MESSAGE(first > 0, server.last_error());
+  REQUIRE(wait_exit(first).has_value());
+  pid_t server_pid = server.server_pid();
+  REQUIRE(::kill(server_pid, SIGSTOP) == 0);
+  auto start = std::chrono::steady_clock::now();
+  CHECK(server.spawn({kWorker, "probe", "0"}) == -1);
+  auto took = std::chrono::steady_clock::now() - start;
+  CHECK(took >= std::chrono::milliseconds(1400));
+  CHECK(took < std::chrono::seconds(20));
+  CHECK(contains(server.last_error(), "did not answer within 1500 ms"));
+  CHECK_FALSE(server.running());
+  CHECK(ended(server_pid));  // killed (stopped or not) and reaped
+  CHECK(::waitpid(server_pid, nullptr, WNOHANG) == -1);
 }
 
 TEST_CASE("a requester that throws ends its server on the way out") {
@@ -240,7 +307,7 @@ TEST_CASE("a requester killed with SIGKILL takes its server with it, and its wor
   auto status = wait_exit(requester);
   REQUIRE(status.has_value());
   CHECK(WTERMSIG(*status) == SIGKILL);
-  // FS5: the server reads the end of its socket and exits; it comes to us.
+  // FS6: the server reads the end of its socket and exits; it comes to us.
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!ended(server_pid) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
   CHECK_MESSAGE(ended(server_pid), "the fork server of a killed requester still runs");

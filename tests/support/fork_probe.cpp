@@ -1,6 +1,7 @@
 #include "support/fork_probe.hpp"
 
 #include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -50,10 +51,42 @@ std::string proc_environ(const std::string& name) {
   return all.substr(begin, all.find('\0', begin) - begin);
 }
 
+// The open descriptors, as numbers joined by ','.
+std::string open_fds() {
+  std::string out;
+  if (DIR* d = ::opendir("/proc/self/fd")) {
+    int own = ::dirfd(d);
+    while (auto* e = ::readdir(d))
+      if (e->d_name[0] != '.' && std::atoi(e->d_name) != own) out += (out.empty() ? "" : ",") + std::string(e->d_name);
+    ::closedir(d);
+  }
+  return out;
+}
+
+// The umask as /proc/self/status says it (reading it with umask() changes it).
+std::string umask_text() {
+  std::ifstream in("/proc/self/status");
+  std::string key;
+  while (in >> key) {
+    if (key == "Umask:") {
+      std::string octal;
+      in >> octal;
+      return octal;
+    }
+    in.ignore(1 << 16, '\n');
+  }
+  return "?";
+}
+
 }  // namespace
 
 int fork_probe(int argc, char** argv) {
   int threads = thread_count();  // before anything of ours starts one
+  auto fds = open_fds();
+  struct sigaction pipe_action {};
+  ::sigaction(SIGPIPE, nullptr, &pipe_action);
+  sigset_t mask;
+  ::sigprocmask(SIG_SETMASK, nullptr, &mask);
   std::string joined;
   for (int i = 0; i < argc; ++i) joined += (i ? "|" : "") + std::string(argv[i]);
   const char* var = std::getenv("CASTOR_PROBE_VAR");
@@ -64,6 +97,9 @@ int fork_probe(int argc, char** argv) {
   std::printf("argv: %s\nvar: %s\ncwd: %s\nthreads: %d\nmm: %.0f\nppid: %d\ncmdline: %s\nenviron: %s\n",
               joined.c_str(), var ? var : "(unset)", cwd, threads, sum, int(::getppid()), cmdline().c_str(),
               proc_environ("CASTOR_PROBE_VAR").c_str());
+  std::printf("fds: %s\nsigpipe: %s\nusr2 blocked: %s\numask: %s\n", fds.c_str(),
+              pipe_action.sa_handler == SIG_IGN ? "ignored" : "default", sigismember(&mask, SIGUSR2) ? "yes" : "no",
+              umask_text().c_str());
   std::fflush(stdout);
   if (argc > 2 && std::strcmp(argv[2], "sleep") == 0) {
     std::this_thread::sleep_for(std::chrono::seconds(60));

@@ -6,8 +6,9 @@ namespace castor::test {
 
 /// castor_test_worker probe CODE|sleep: prints its argv, environment
 /// variable CASTOR_PROBE_VAR, working folder, threads at start, a product's
-/// sum, parent, /proc/self/cmdline and CASTOR_PROBE_VAR in /proc/self/environ,
-/// one per line; then exits with CODE,
+/// sum, parent, /proc/self/cmdline, CASTOR_PROBE_VAR in /proc/self/environ,
+/// its open descriptors, SIGPIPE's disposition, whether SIGUSR2 is blocked
+/// and its umask, one per line; then exits with CODE,
 /// or with "sleep" waits up to 60 s to be killed.
 int fork_probe(int argc, char** argv);
 
