@@ -1,6 +1,7 @@
 #include "support/fork_probe.hpp"
 
 #include <dirent.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -63,19 +64,14 @@ std::string open_fds() {
   return out;
 }
 
-// The umask as /proc/self/status says it (reading it with umask() changes it).
+// The umask in octal, as the umask command prints it (set back at once:
+// the probe has one thread here).
 std::string umask_text() {
-  std::ifstream in("/proc/self/status");
-  std::string key;
-  while (in >> key) {
-    if (key == "Umask:") {
-      std::string octal;
-      in >> octal;
-      return octal;
-    }
-    in.ignore(1 << 16, '\n');
-  }
-  return "?";
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  char text[8];
+  std::snprintf(text, sizeof text, "%04o", unsigned(mask));
+  return text;
 }
 
 }  // namespace
