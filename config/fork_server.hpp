@@ -69,7 +69,7 @@ class ForkServer {
 };
 
 /// This process's server for `executable`, started on first use; nullptr
-/// when CASTOR_FORK_SERVER=0 or the server is gone (FS4).
+/// when CASTOR_FORK_SERVER=0 or the server is gone (FS5).
 ForkServer* fork_server_for(const std::string& executable);
 
 /// When `pid` (a child of ours that ended) is the server of a
