@@ -159,6 +159,26 @@ struct Request {
 
 // --- the requester's side
 
+// This process's environment now with `extra` over it, as "NAME=value"
+// sorted by name (of a name twice, the first: what getenv() finds).
+std::vector<std::string> environment_with(const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e; ++e)
+    if (const char* eq = std::strchr(*e, '=')) merged.emplace(std::string(*e, size_t(eq - *e)), std::string(eq + 1));
+  for (const auto& [k, v] : extra) merged[k] = v;
+  std::vector<std::string> out;
+  for (const auto& [k, v] : merged) out.push_back(k + "=" + v);
+  return out;
+}
+
+// NULL-terminated pointers into `strings`, as exec and posix_spawn take them.
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
 // The umask, read without changing it (umask() would, for every thread).
 uint32_t current_umask() {
   std::ifstream in("/proc/self/status");
@@ -446,11 +466,8 @@ ForkServer::ForkServer(const std::string& executable, std::chrono::milliseconds 
   for (const auto& [k, v] : load_time) load_time_env_.push_back(k + "=" + v);
   env_strings.push_back(std::string(kFdVariable) + "=" + std::to_string(kServerFd));
   env_strings.push_back(std::string(kRoomVariable) + "=" + std::string(kEnvironmentPad, ' '));  // FS3
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, args, envp.data());
+  int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, args, c_strings(env_strings).data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (rc != 0) {
@@ -501,18 +518,10 @@ pid_t ForkServer::spawn(const std::vector<std::string>& argv, const std::map<std
                         int out_fd) {
   std::lock_guard<std::mutex> lock(mtx_);
   if (fd_ < 0 || argv.empty()) return -1;
-  // FS3: the environment now, with the request's variables over it.
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq) merged.emplace(std::string(*e, size_t(eq - *e)), std::string(eq + 1));
-  }
-  for (const auto& [k, v] : env) merged[k] = v;
-  std::vector<std::string> env_list, load_time;
-  for (const auto& [k, v] : merged) {
-    env_list.push_back(k + "=" + v);
-    if (read_at_load(k)) load_time.push_back(env_list.back());
-  }
+  auto env_list = environment_with(env);  // FS3: the environment now, with the request's variables over it
+  std::vector<std::string> load_time;
+  for (const auto& kv : env_list)
+    if (read_at_load(kv.substr(0, kv.find('=')))) load_time.push_back(kv);
   if (load_time != load_time_env_) {  // FS4 (both sorted by name)
     error_ = "a variable read while libraries load differs from the fork server's start: exec'd instead";
     return -1;
@@ -645,22 +654,11 @@ pid_t spawn_process(const std::string& executable, const std::vector<std::string
     posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
     posix_spawn_file_actions_adddup2(&actions, out_fd, 2);
   }
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e; ++e) {
-    const char* eq = std::strchr(*e, '=');
-    if (eq && env.count(std::string(*e, size_t(eq - *e)))) continue;
-    env_strings.emplace_back(*e);
-  }
-  for (const auto& [k, v] : env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> args = argv;
-  std::vector<char*> raw;
-  for (auto& a : args) raw.push_back(a.data());
-  raw.push_back(nullptr);
+  auto env_strings = environment_with(env);
+  auto args = argv;
   pid_t pid = -1;
-  int rc = ::posix_spawn(&pid, executable.c_str(), &actions, nullptr, raw.data(), envp.data());
+  int rc = ::posix_spawn(&pid, executable.c_str(), &actions, nullptr, c_strings(args).data(),
+                         c_strings(env_strings).data());
   posix_spawn_file_actions_destroy(&actions);
   return rc == 0 ? pid : -1;
 }
