@@ -58,6 +58,11 @@ bool PendingCalls::empty() const {
   return calls_.empty();
 }
 
+bool PendingCalls::contains(CallId id) const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return calls_.count(id) != 0;
+}
+
 size_t PendingCalls::size() const {
   std::lock_guard<std::mutex> lock(mtx_);
   return calls_.size();

@@ -46,6 +46,8 @@ class PendingCalls {
 
   bool empty() const;
   size_t size() const;
+  /// Whether `id` still awaits its reply.
+  bool contains(CallId id) const;
   /// Calls awaiting a reply, by the rank they went to (inspection).
   std::map<WorkerId, size_t> count_by_peer() const;
 

@@ -112,6 +112,7 @@ json snapshot(Runtime& rt) {
                  {"messages_received", rt.stats.bulk_received.load()},
                  {"tensor_bytes_received", rt.stats.bulk_bytes_received.load()},
                  {"lane_messages_sent", rt.stats.lane_sent.load()},
+                 {"lane_writes", rt.stats.lane_writes.load()},
                  {"lane_messages_received", rt.stats.lane_received.load()}};
 
   auto& messages = out["messages"] = json::object();

@@ -47,6 +47,8 @@ struct MessageStats {
   // messages (B10) on them.
   std::atomic<uint64_t> bulk_sent{0}, bulk_bytes_sent{0}, bulk_received{0}, bulk_bytes_received{0};
   std::atomic<uint64_t> lane_sent{0}, lane_received{0};
+  // B9, B12, B13: the writes that carried lane_sent (fewer when frames leave together).
+  std::atomic<uint64_t> lane_writes{0};
   // RJ6 of Note [Rejoin]: messages from a dead life of a peer, refused.
   std::atomic<uint64_t> stale_refused{0};
 

@@ -12,6 +12,7 @@
 
 #include <signal.h>
 
+#include <atomic>
 #include <future>
 #include <map>
 #include <optional>
@@ -179,6 +180,9 @@ void kill_worker1_at(const std::string& point) {
   std::vector<Future<int64_t>> int_calls;
   std::vector<Future<bool>> bool_calls;
   std::vector<Future<at::Tensor>> tensor_calls;
+  std::vector<Future<int64_t>> stream_calls;  // their values are i + 1
+  std::atomic<bool> stream_stop{false};
+  std::thread streaming;
   std::string expected_error = "worker worker1 is unreachable";
   {
     std::optional<autograd::Context> ctx;
@@ -264,12 +268,32 @@ void kill_worker1_at(const std::string& point) {
       for (int i = 0; i < 4; ++i) int_calls.push_back(w0.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(60000)));
       CHECK(eventually([&] { return stats.lane_sent.load() == before + 4; }, milliseconds(10000)));
       REQUIRE(eventually([&] { return held_counts(w0).at("calls_outgoing") == 4; }, milliseconds(10000)));
+    } else if (point == "a stream of small calls in batches") {
+      // B13 of Note [Bulk path]: one thread calls without waiting, so its
+      // calls leave through the link's writer in batches; the kill cuts the
+      // link mid-stream. Every call ends: with its value, or failing and
+      // naming worker1.
+      auto& stats = castor::testing::runtime(w0).stats;
+      CHECK(eventually([&] {
+        return w0.rpc_sync<int64_t>("worker1", "add_ints", int64_t(1), int64_t(2)) == 3 && stats.lane_sent.load() >= 1;
+      }, milliseconds(10000)));
+      stream_stop = false;
+      streaming = std::thread([&] {
+        for (int64_t i = 0; i < 200000 && !stream_stop.load(); ++i)
+          stream_calls.push_back(w0.rpc_async<int64_t>("worker1", "add_ints", i, int64_t(1)));
+      });
+      REQUIRE(eventually([&] { return stats.lane_writes.load() > 200; }, milliseconds(10000)));
     } else if (point == "nested call") {
       // worker1 calls worker0 back twice; worker0 is serving both at the kill.
       int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));
       REQUIRE(eventually([&] { return held_counts(w0).at("calls_incoming") == 2; }, milliseconds(10000)));
     }
     child.kill();
+    if (streaming.joinable()) {
+      std::this_thread::sleep_for(milliseconds(50));  // calls after the kill, too
+      stream_stop = true;
+      streaming.join();
+    }
     if (backward.valid()) {
       REQUIRE(backward.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
       CHECK(contains(error_of<UnreachableError>([&] { backward.get(); }), "worker1"));
@@ -286,6 +310,25 @@ void kill_worker1_at(const std::string& point) {
   for (auto& f : tensor_calls) {
     auto error = error_of<UnreachableError>([&] { f.wait(milliseconds(20000)); });
     CHECK_MESSAGE(contains(error, expected_error), error);
+  }
+  if (!stream_calls.empty()) {
+    int64_t ok = 0, failed = 0;
+    std::string odd;
+    for (size_t i = 0; i < stream_calls.size(); ++i) {
+      try {
+        if (stream_calls[i].wait(milliseconds(20000)) == int64_t(i) + 1) ++ok; else odd = "a wrong value";
+      } catch (const UnreachableError& e) {
+        if (contains(e.what(), "worker1")) ++failed; else odd = e.what();
+      } catch (const RpcError& e) {
+        odd = e.what();
+      }
+    }
+    CAPTURE(ok);
+    CAPTURE(failed);
+    CHECK_MESSAGE(odd.empty(), odd);  // nothing else: no other error, no timeout
+    CHECK(ok + failed == int64_t(stream_calls.size()));
+    CHECK(ok >= 200);
+    CHECK(failed >= 1);
   }
   // Within the failure-detection bound (a closed socket: at once), plus the
   // 1.5 s nested calls and the 2 s late confirmations above.
@@ -307,7 +350,8 @@ void kill_worker1_at(const std::string& point) {
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
-                            "gradients queued behind a large frame", "nested call"}) {
+                            "gradients queued behind a large frame", "a stream of small calls in batches",
+                            "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }

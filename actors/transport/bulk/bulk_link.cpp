@@ -15,6 +15,7 @@
 #include <caf/send.hpp>
 
 #include "actors/runtime/runtime.hpp"
+#include "actors/transport/bulk/bulk_receiver.hpp"
 #include "actors/transport/bulk/same_host.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
@@ -36,6 +37,9 @@ constexpr uint32_t kOpenAfter = 8;
 // B9: what the writer sends in one write when small frames wait together.
 constexpr size_t kMaxBatchFrames = 64;
 constexpr size_t kMaxBatchBytes = 256 * 1024;
+// B12: batches a sending thread takes from the queue after its own frame
+// before it leaves the rest to the writer (so one caller's wait stays short).
+constexpr int kMaxCallerBatches = 4;
 
 // B4: a message a broken link did not send fails now: our request here, our
 // reply at the caller (through CAF). A request failed here was counted as
@@ -104,6 +108,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
         slot->broken = true;
         if (slot->stream.fd() >= 0) ::shutdown(slot->stream.fd(), SHUT_RDWR);
         slot->cv.notify_all();
+        slot->writer_cv.notify_all();
       }
       retired_.push_back(std::move(slot));
     }
@@ -217,8 +222,9 @@ bool BulkPath::open(Link& link) {
 }
 
 // B8: the writer sends only what a caller could not send itself (a frame
-// with large tensors, or one queued behind another), one write at a time
-// whoever writes. B9: small frames queued together leave in one write.
+// with large tensors, one queued on the receiver's thread, one that found
+// the socket full), one write at a time whoever writes. B9: small frames
+// queued together leave in one write.
 void BulkPath::write_loop(Link& link) {
   for (;;) {
     std::vector<Frame> out;
@@ -227,7 +233,7 @@ void BulkPath::write_loop(Link& link) {
     {
       // Never beside a caller's write (one thread per session: B6, B8).
       std::unique_lock<std::mutex> lock(link.mtx);
-      bool work = link.cv.wait_for(lock, kWriterIdle, [&] {
+      bool work = link.writer_cv.wait_for(lock, kWriterIdle, [&] {
         return !link.writing && (!link.queue.empty() || link.broken || stopping_);
       });
       if (!work && !link.writing) {  // B11: idle; the next queued frame starts a writer again
@@ -240,13 +246,7 @@ void BulkPath::write_loop(Link& link) {
         link.broken = true;
         unsent.swap(link.queue);
       } else {
-        size_t bytes = 0;
-        do {
-          bytes += link.queue.front().head.size();
-          out.push_back(std::move(link.queue.front()));
-          link.queue.pop_front();
-        } while (out.back().tensors.empty() && !link.queue.empty() && link.queue.front().tensors.empty() &&
-                 out.size() < kMaxBatchFrames && bytes < kMaxBatchBytes);
+        take_batch(link, out);
         link.writing = true;
       }
     }
@@ -255,51 +255,95 @@ void BulkPath::write_loop(Link& link) {
       for (auto& m : unsent) fail_unsent(rt_, link.to, m, why);
       return;
     }
-    if (!write_frames(link, out.data(), out.size())) return;
+    if (!write_frames(link, out.data(), out.size(), false)) return;
   }
 }
 
+// Under the link's lock, with frames queued: the first, and B9 the small
+// ones behind it while the batch is small.
+void BulkPath::take_batch(Link& link, std::vector<Frame>& out) {
+  size_t bytes = 0;
+  do {
+    bytes += link.queue.front().head.size();
+    out.push_back(std::move(link.queue.front()));
+    link.queue.pop_front();
+  } while (out.back().tensors.empty() && !link.queue.empty() && link.queue.front().tensors.empty() &&
+           out.size() < kMaxBatchFrames && bytes < kMaxBatchBytes);
+}
+
+namespace {
+bool sendable_by_caller(const std::deque<Frame>& queue, int fd) {
+  return queue.front().tensors.empty() && !on_receiver_thread &&
+         net::has_send_room(fd, kMaxBatchBytes + kSendRoomMargin);
+}
+}  // namespace
+
 // Writes the `n` frames at `out`, which the caller took with `writing` set
 // (more than one only when none has large tensors: B9); clears `writing`.
-// On a break, fails them and everything queued (B4). Returns whether they
-// were sent.
-bool BulkPath::write_frames(Link& link, Frame* out, size_t n) {
-  uint64_t bytes = 0;
-  for (size_t i = 0; i < n; ++i)
-    for (auto& t : out[i].tensors) bytes += wire::wire_bytes(t);
-  errno = 0;
-  bool sent;
-  if (n == 1) {
-    sent = send_frame(rt_, link, out[0]);
-  } else {  // B9: one write (one SSL_write) for all; the copy is of small heads only
-    std::vector<char> joined;
-    for (size_t i = 0; i < n; ++i) joined.insert(joined.end(), out[i].head.begin(), out[i].head.end());
-    sent = link.stream.write_all(joined.data(), joined.size());
-  }
-  int err = errno;
-  std::deque<Frame> lost;
-  {
-    std::lock_guard<std::mutex> lock(link.mtx);
-    link.writing = false;
-    if (!sent) {
-      link.broken = true;
-      lost.swap(link.queue);
-    }
-  }
-  link.cv.notify_all();  // the writer (queued frames), stop() (waits for `writing`)
-  if (sent) {
+// B12: a `caller` (not the writer) then takes what queued behind it
+// meanwhile, as the writer would, while the frames are small and the
+// socket has room, at most kMaxCallerBatches times; what it leaves, it
+// hands to the writer. On a break, fails them and everything queued (B4).
+// Returns whether they were sent.
+bool BulkPath::write_frames(Link& link, Frame* out, size_t n, bool caller) {
+  std::vector<Frame> more;
+  for (int round = 0;; ++round) {
+    uint64_t bytes = 0;
     for (size_t i = 0; i < n; ++i)
-      (out[i].tensors.empty() ? rt_.stats.lane_sent : rt_.stats.bulk_sent).fetch_add(1, std::memory_order_relaxed);
-    rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
-    return true;
+      for (auto& t : out[i].tensors) bytes += wire::wire_bytes(t);
+    errno = 0;
+    bool sent;
+    if (n == 1) {
+      sent = send_frame(rt_, link, out[0]);
+    } else {  // B9: one write (one SSL_write) for all; the copy is of small heads only
+      std::vector<char> joined;
+      for (size_t i = 0; i < n; ++i) joined.insert(joined.end(), out[i].head.begin(), out[i].head.end());
+      sent = link.stream.write_all(joined.data(), joined.size());
+    }
+    int err = errno;
+    std::deque<Frame> lost;
+    std::vector<Frame> next;
+    {
+      std::lock_guard<std::mutex> lock(link.mtx);
+      link.writing = false;
+      if (!sent) {
+        link.broken = true;
+        lost.swap(link.queue);
+        link.writer_cv.notify_all();
+      } else if (!link.queue.empty()) {
+        if (caller && round < kMaxCallerBatches && !link.broken && !stopping_ &&
+            sendable_by_caller(link.queue, link.stream.fd())) {
+          take_batch(link, next);
+          link.writing = true;
+        } else if (caller) {
+          link.writer_cv.notify_one();  // B12: the writer takes the rest
+        }  // the writer loops to the queue itself
+      }
+      if (stopping_) link.cv.notify_all();  // stop() waits for `writing`
+    }
+    if (sent) {
+      size_t small = 0;
+      for (size_t i = 0; i < n; ++i) small += out[i].tensors.empty() ? 1 : 0;
+      if (small > 0) {
+        rt_.stats.lane_sent.fetch_add(small, std::memory_order_relaxed);
+        rt_.stats.lane_writes.fetch_add(1, std::memory_order_relaxed);
+      }
+      rt_.stats.bulk_sent.fetch_add(n - small, std::memory_order_relaxed);
+      rt_.stats.bulk_bytes_sent.fetch_add(bytes, std::memory_order_relaxed);
+      if (next.empty()) return true;
+      more = std::move(next);
+      out = more.data();
+      n = more.size();
+      continue;
+    }
+    // B4: these frames and everything queued behind them fail now.
+    auto why = "the bulk link to worker " + rt_.name_of(link.to) + " broke" +
+               (err ? std::string(": ") + std::strerror(err) : std::string());
+    for (size_t i = n; i-- > 0;) lost.push_front(std::move(out[i]));
+    if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name().c_str(), why.c_str());
+    for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
+    return false;
   }
-  // B4: these frames and everything queued behind them fail now.
-  auto why = "the bulk link to worker " + rt_.name_of(link.to) + " broke" +
-             (err ? std::string(": ") + std::strerror(err) : std::string());
-  for (size_t i = n; i-- > 0;) lost.push_front(std::move(out[i]));
-  if (!stopping_) std::fprintf(stderr, "castor[%s]: %s\n", rt_.name().c_str(), why.c_str());
-  for (auto& m : lost) fail_unsent(rt_, link.to, m, why);
-  return false;
 }
 
 }  // namespace castor::detail

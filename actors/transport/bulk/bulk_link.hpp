@@ -13,6 +13,12 @@
 
 namespace castor::detail {
 
+namespace bulk {
+// B8: what a direct write leaves free in the socket's buffer (TLS records
+// add a little to each frame), so that it never waits for the peer.
+inline constexpr size_t kSendRoomMargin = 64 * 1024;
+}  // namespace bulk
+
 struct BulkPath::Link {
   WorkerId to = -1;
   uint32_t incarnation = 1;  // RJ5 of Note [Rejoin]: the peer's life this link reaches
@@ -23,7 +29,8 @@ struct BulkPath::Link {
   uint32_t sent_unopened = 0;  // B11: small messages that asked for the link before it opened
   bool writer_running = false;  // B11: `writer` runs (it ends when idle; a queued frame starts it again)
   std::mutex mtx;          // guards all of the above and the queue
-  std::condition_variable cv;  // frames queued, `writing` cleared, or stopping
+  std::condition_variable cv;  // opened or broken, or `writing` cleared while stopping
+  std::condition_variable writer_cv;  // B12: frames only the writer takes, a break, or stopping
   std::deque<bulk::Frame> queue;
   std::thread writer;
 };

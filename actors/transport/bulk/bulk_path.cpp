@@ -158,14 +158,19 @@ namespace castor::detail {
 //        cores); with kOpenAfter it is 0.87x of that.
 //      So a worker has one receiver and at most kMaxWriters writers, in a
 //      world of any size, and the lane serves every world size.
+//  B12. The writer wakes only for what it must send. A frame that finds
+//      another thread writing queues behind it, and that thread, once its
+//      own write is done, takes what queued meanwhile (B9's batches, at
+//      most kMaxCallerBatches of them, while the frames are small, the
+//      socket has room for a whole batch and it is not the receiver's
+//      thread); what it leaves it hands to the writer. The writer is woken
+//      only then, or for a frame queued with no one writing: large
+//      tensors, a full socket, the receiver's thread. Before, every queued
+//      frame and every direct write woke the writer, which mostly found the
+//      link busy and slept again: in a flood of rpc_async calls it was a
+//      third of all context switches of both workers.
 
 using namespace bulk;
-
-namespace {
-// B8: what a direct write leaves free in the socket's buffer (TLS records
-// add a little to each frame), so that it never waits for the peer.
-constexpr size_t kSendRoomMargin = 64 * 1024;
-}  // namespace
 
 BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
   // B3: the bulk port is behind the door like every port castor listens on
@@ -196,6 +201,17 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
   auto* link = link_to(to, large && !fallback);
   if (!link) return false;
+  // B13: a thread that calls again while its last call on this link still
+  // waits for its reply sends a stream of calls: they go to the writer,
+  // which sends what queued meanwhile in one write.
+  bool pipelined = false;
+  if (type == kRequest) {
+    thread_local const Link* last_link = nullptr;
+    thread_local CallId last_call;
+    pipelined = last_link == link && rt_.pending.contains(last_call);
+    last_link = link;
+    last_call = id;
+  }
   Frame frame;
   {
     std::lock_guard<std::mutex> lock(link->mtx);
@@ -205,19 +221,22 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
     frame = make_frame(type, encode(), std::move(tensors), id);
     frame.fallback = std::move(copy);
-    if (!frame.tensors.empty() || link->writing || !link->queue.empty() || on_receiver_thread ||
+    bool behind = link->writing || !link->queue.empty() || pipelined;
+    if (behind || !frame.tensors.empty() || on_receiver_thread ||
         !net::has_send_room(link->stream.fd(), frame.head.size() + kSendRoomMargin)) {
       if (!start_writer(*link)) {  // B11: no writer free now: CAF takes the message, whole again
         restore(values, frame.tensors);
         return false;
       }
       link->queue.push_back(std::move(frame));
-      link->cv.notify_all();
+      // B12: a thread writing now takes it when done (or hands it to the
+      // writer); with none, the writer has it.
+      if (!link->writing) link->writer_cv.notify_one();
       return true;
     }
     link->writing = true;
   }
-  write_frames(*link, &frame, 1);  // a break fails the message as the writer would (B4)
+  write_frames(*link, &frame, 1, true);  // a break fails the message as the writer would (B4)
   return true;
 }
 
@@ -251,6 +270,7 @@ void BulkPath::peer_down(WorkerId rank) {
   link.broken = true;  // B4: what is queued fails with the writer's next wake
   if (link.stream.fd() >= 0) ::shutdown(link.stream.fd(), SHUT_RDWR);
   link.cv.notify_all();
+  link.writer_cv.notify_all();
 }
 
 void BulkPath::stop() {
@@ -265,6 +285,7 @@ void BulkPath::stop() {
       std::lock_guard<std::mutex> link_lock(l->mtx);
       if (l->stream.fd() >= 0) ::shutdown(l->stream.fd(), SHUT_RDWR);
       l->cv.notify_all();
+      l->writer_cv.notify_all();
     }
   }
   if (receiver_) receiver_->stop();

@@ -67,7 +67,8 @@ class BulkPath {
   bool start_writer(Link& link);                    // bulk_link.cpp
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
-  bool write_frames(Link& link, bulk::Frame* out, size_t n);  // bulk_link.cpp
+  bool write_frames(Link& link, bulk::Frame* out, size_t n, bool caller);  // bulk_link.cpp
+  void take_batch(Link& link, std::vector<bulk::Frame>& out);            // bulk_link.cpp
   template <class Message>
   bool push_protocol(WorkerId to, uint8_t type, Message& msg);  // B10
   bool push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
