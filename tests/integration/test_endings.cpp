@@ -81,6 +81,9 @@ TEST_CASE("a bulk link with a transfer in flight at the end: both processes exit
 TEST_CASE("a TLS bulk link with a transfer in flight at the end: both processes exit 0") {
   check_every_ending("bulk", castor::test::make_certs("endings", {"worker0", "worker1"}));
 }
+TEST_CASE("a stream of small calls in flight at the end: both processes exit 0, whatever the ending") {
+  check_every_ending("stream");
+}
 TEST_CASE("an inspection session open at the end: both processes exit 0, whatever the ending") {
   check_every_ending("inspector");
 }

@@ -11,6 +11,9 @@
 //                       parameters, a step of it in flight
 //           "bulk"      rank 0: a tensor sent over the bulk link, and a
 //                       second one still on its way
+//           "stream"    rank 0: 5000 small calls to worker1 sent without
+//                       waiting (B13: the link's writer sends them in
+//                       batches), most still on their way
 //           "inspector" worker1: a `castor inspect` session with rank 0, open
 //           "stuck"     worker1: a call from rank 0 stuck in user code for
 //                       10 minutes (rank 0's own call timed out); every rank
@@ -122,6 +125,12 @@ void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
                                     std::chrono::milliseconds(10000)),
            "the bulk echo did not take the bulk link");
     s.tensor_calls.push_back(w.rpc_async<at::Tensor>("worker1", "identity", big));
+  } else if (kind == "stream") {
+    auto& stats = castor::testing::runtime(w).stats;
+    expect(castor::test::eventually([&] {
+      return w.rpc_sync<int64_t>("worker1", "add_ints", int64_t(1), int64_t(2)) == 3 && stats.lane_sent.load() >= 1;
+    }, std::chrono::milliseconds(10000)), "small calls never took the lane");
+    for (int64_t i = 0; i < 5000; ++i) s.calls.push_back(w.rpc_async<int64_t>("worker1", "add_ints", i, int64_t(1)));
   } else if (kind == "stuck") {
     try {
       w.rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(600000), castor::Timeout{1500ms});
