@@ -41,18 +41,32 @@ context_actor AutogradRuntime::context(ContextId id, bool create) {
   std::lock_guard<std::mutex> lock(mtx_);
   auto it = contexts_.find(id);
   if (it != contexts_.end()) return it->second;
-  if (!create || stopped_ || released_.count(id)) return context_actor{};
-  auto grads = std::make_shared<GradientStore>();
-  auto actor = spawn_context_actor(*this, id, grads);
+  auto box = stopped_ ? nullptr : entry_locked(id, create);
+  if (!box) return context_actor{};
+  auto actor = spawn_context_actor(*this, id, gradients_.at(id), std::move(box));  // F2 of Note [Forward inbox]
   // Spawning from a user's thread leaves CAF's logger referenced in that
   // thread's locals, and the actor system's end waits for every such
   // reference: drop ours (CAF's own threads keep theirs).
   if (!on_caf_thread()) caf::logger::set_current_actor_system(nullptr);
   contexts_.emplace(id, actor);
-  gradients_.emplace(id, std::move(grads));
+  return actor;
+}
+
+std::shared_ptr<ForwardInbox> AutogradRuntime::entry_locked(ContextId id, bool create) {
+  auto it = inboxes_.find(id);
+  if (it != inboxes_.end()) return it->second;
+  if (!create || stopped_ || released_.count(id)) return nullptr;
+  auto box = std::make_shared<ForwardInbox>();
+  inboxes_.emplace(id, box);
+  gradients_.emplace(id, std::make_shared<GradientStore>());
   created_.emplace(id, std::chrono::steady_clock::now());
   counters_.contexts.fetch_add(1);
-  return actor;
+  return box;
+}
+
+std::shared_ptr<ForwardInbox> AutogradRuntime::inbox(ContextId id) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return entry_locked(id, true);
 }
 
 std::shared_ptr<GradientStore> AutogradRuntime::gradients_of(ContextId id) const {
@@ -63,13 +77,14 @@ std::shared_ptr<GradientStore> AutogradRuntime::gradients_of(ContextId id) const
 
 ContextId AutogradRuntime::create_context() {
   auto id = context_ids_.next();
-  context(id, true);
+  inbox(id);  // its actor comes with its first backward pass (F2 of Note [Forward inbox])
   return id;
 }
 
 void AutogradRuntime::forget(ContextId id) {
   std::lock_guard<std::mutex> lock(mtx_);
-  if (contexts_.erase(id)) counters_.contexts.fetch_sub(1);
+  contexts_.erase(id);
+  if (inboxes_.erase(id)) counters_.contexts.fetch_sub(1);
   gradients_.erase(id);  // K2 of Note [Gradient store]
   created_.erase(id);
   // Note [Released contexts]
@@ -93,53 +108,57 @@ void AutogradRuntime::forget(ContextId id) {
 
 void AutogradRuntime::on_send(ContextId ctx, const std::vector<Value*>& values, WorkerId to, AutogradMeta& meta) {
   meta.context = ctx;
-  auto actor = context(ctx, true);
-  if (!actor) return;  // released already: the call goes out without autograd
+  auto box = inbox(ctx);
+  if (!box) return;  // released already: the call goes out without autograd
   std::vector<at::Tensor*> tensors;
   for (auto* v : values)
     v->for_each_tensor([&](at::Tensor& t) {
       if (t.defined() && t.requires_grad()) tensors.push_back(&t);
     });
-  if (tensors.empty()) {
-    caf::anon_send(actor, peer_atom::value, to);
-    return;
+  std::shared_ptr<SendRpcBackward> node;
+  if (!tensors.empty()) {
+    node = std::make_shared<SendRpcBackward>(message_ids.next(), to);
+    torch::autograd::edge_list edges;
+    for (auto* t : tensors) {
+      edges.push_back(torch::autograd::impl::gradient_edge(*t));
+      node->add_input_metadata(*t);
+    }
+    if (mode() == AutogradMode::smart) node->lineage = lineage_of(ctx, edges);
+    node->set_next_edges(std::move(edges));
+    meta.message = node->id();
+    meta.lineage = node->lineage;
+    counters_.sends.fetch_add(1);
+    counters_.sends_total.fetch_add(1);
+    counters_.lineage_bytes.fetch_add(int64_t(meta.lineage.size() * sizeof(uint64_t)));
   }
-  auto node = std::make_shared<SendRpcBackward>(message_ids.next(), to);
-  torch::autograd::edge_list edges;
-  for (auto* t : tensors) {
-    edges.push_back(torch::autograd::impl::gradient_edge(*t));
-    node->add_input_metadata(*t);
-  }
-  if (mode() == AutogradMode::smart) node->lineage = lineage_of(ctx, edges);
-  node->set_next_edges(std::move(edges));
-  meta.message = node->id();
-  meta.lineage = node->lineage;
-  counters_.sends.fetch_add(1);
-  counters_.sends_total.fetch_add(1);
-  counters_.lineage_bytes.fetch_add(int64_t(meta.lineage.size() * sizeof(uint64_t)));
-  caf::anon_send(actor, RegisterSend{std::move(node), to});
+  // F1 of Note [Forward inbox]: before the call leaves.
+  std::lock_guard<std::mutex> lock(box->mtx);
+  if (to != rt_.rank()) box->peers.insert(to);
+  if (node) box->sends.push_back(std::move(node));
 }
 
 void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Value*>& values, WorkerId from) {
   if (!meta.in_context()) return;
-  auto actor = context(meta.context, true);
-  if (!actor) return;
-  if (!meta.message.valid()) {
-    caf::anon_send(actor, peer_atom::value, from);
-    return;
+  auto box = inbox(meta.context);
+  if (!box) return;
+  std::shared_ptr<RecvRpcBackward> node;
+  if (meta.message.valid()) {
+    node = std::make_shared<RecvRpcBackward>(meta.message, from, meta.context);
+    node->lineage = meta.lineage;
+    for (auto* v : values)
+      v->for_each_tensor([&](at::Tensor& t) {
+        if (!t.defined() || !t.requires_grad()) return;
+        // The received leaf becomes an output of the recv function.
+        t.set_requires_grad(false);
+        auto nr = node->add_input_metadata(t);
+        torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(node, nr));
+      });
+    counters_.recvs.fetch_add(1);
   }
-  auto node = std::make_shared<RecvRpcBackward>(meta.message, from, meta.context);
-  node->lineage = meta.lineage;
-  for (auto* v : values)
-    v->for_each_tensor([&](at::Tensor& t) {
-      if (!t.defined() || !t.requires_grad()) return;
-      // The received leaf becomes an output of the recv function.
-      t.set_requires_grad(false);
-      auto nr = node->add_input_metadata(t);
-      torch::autograd::impl::set_gradient_edge(t, torch::autograd::Edge(node, nr));
-    });
-  counters_.recvs.fetch_add(1);
-  caf::anon_send(actor, RegisterRecv{std::move(node), from});
+  // F1 of Note [Forward inbox]: before the call runs (or its reply is seen).
+  std::lock_guard<std::mutex> lock(box->mtx);
+  if (from != rt_.rank()) box->peers.insert(from);
+  if (node) box->recvs.push_back(std::move(node));
 }
 
 void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
@@ -162,6 +181,15 @@ void AutogradRuntime::handle_control(ContextControl&& msg) {
 }
 
 void AutogradRuntime::on_peer_down(WorkerId rank) {
+  // A context made by the dead worker is released here (Note [Context
+  // cleanup]), so one that has no actor yet gets one now (F2).
+  std::vector<ContextId> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    for (auto& [id, box] : inboxes_)
+      if (id.worker() == rank && !contexts_.count(id)) orphans.push_back(id);
+  }
+  for (auto id : orphans) context(id, false);
   std::vector<context_actor> all;
   {
     std::lock_guard<std::mutex> lock(mtx_);
@@ -216,10 +244,12 @@ void AutogradRuntime::stop() {
   // left live at shutdown() once crashed both workers here), and no handle
   // outlives the system it belongs to.
   std::unordered_map<ContextId, context_actor> all;
+  std::unordered_map<ContextId, std::shared_ptr<ForwardInbox>> boxes;  // their graphs go here
   {
     std::lock_guard<std::mutex> lock(mtx_);
     stopped_ = true;
     all.swap(contexts_);
+    boxes.swap(inboxes_);
   }
   for (auto& [id, a] : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   deadlines_.close();

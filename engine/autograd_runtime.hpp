@@ -48,7 +48,9 @@ class AutogradRuntime : public AutogradHooks {
   std::map<std::string, int64_t> debug_info() const override;
   AutogradInspection inspect() const override;
 
-  /// The actor of context `id` here; created on first use unless released.
+  /// The actor of context `id` here, spawned now if it has none yet (F2 of
+  /// Note [Forward inbox]); the context is made first if `create`, unless
+  /// it was released. Null if there is no such context.
   context_actor context(ContextId id, bool create);
   /// The gradient store of context `id` here; null if there is none.
   std::shared_ptr<GradientStore> gradients_of(ContextId id) const;
@@ -75,6 +77,11 @@ class AutogradRuntime : public AutogradHooks {
   DeadlineBoard deadlines_;
   std::atomic<uint64_t> passes_{0};
   mutable std::mutex mtx_;
+  // The forward inbox of every context here (Note [Forward inbox]); its
+  // actor, once it has one (F2).
+  std::shared_ptr<ForwardInbox> inbox(ContextId id);
+  std::shared_ptr<ForwardInbox> entry_locked(ContextId id, bool create);
+  std::unordered_map<ContextId, std::shared_ptr<ForwardInbox>> inboxes_;
   std::unordered_map<ContextId, context_actor> contexts_;
   std::unordered_map<ContextId, std::shared_ptr<GradientStore>> gradients_;  // Note [Gradient store]
   std::unordered_map<ContextId, std::chrono::steady_clock::time_point> created_;  // inspection

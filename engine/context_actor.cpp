@@ -52,6 +52,7 @@ struct context_state {
   std::unordered_map<uint64_t, std::shared_ptr<RecvRpcBackward>> recvs;
   std::set<WorkerId> peers;
   std::shared_ptr<GradientStore> grads;  // filled by our graph tasks (Note [Gradient store])
+  std::shared_ptr<ForwardInbox> inbox;   // the forward pass's registrations (Note [Forward inbox])
   graph_task_actor task;        // the pass running here, if any
   uint64_t task_pass = 0;       // its id (C4 of Note [FAST mode])
   std::deque<uint64_t> ended_passes;  // the last few that ended here (C4)
@@ -59,6 +60,23 @@ struct context_state {
 };
 
 using context_pointer = protocol_pointer<context_state, context_actor>;
+
+// F1 of Note [Forward inbox]: what the forward pass registered since.
+void take_forward(context_pointer self) {
+  auto& st = self->state;
+  std::vector<std::shared_ptr<SendRpcBackward>> sends;
+  std::vector<std::shared_ptr<RecvRpcBackward>> recvs;
+  std::set<WorkerId> peers;
+  {
+    std::lock_guard<std::mutex> lock(st.inbox->mtx);
+    sends.swap(st.inbox->sends);
+    recvs.swap(st.inbox->recvs);
+    peers.swap(st.inbox->peers);
+  }
+  for (auto& n : sends) st.sends.emplace(n->id().packed, std::move(n));
+  for (auto& n : recvs) st.recvs.emplace(n->send_id().packed, std::move(n));
+  st.peers.insert(peers.begin(), peers.end());
+}
 
 void send_to_peer(WorkerServices* rt, WorkerId to, const ContextControl& msg) {
   if (!rt->world().peer(to)) return;
@@ -197,31 +215,36 @@ void release_orphan(context_pointer self, WorkerId creator) {
 }
 
 context_actor::behavior_type context_behavior(context_pointer self, AutogradRuntime* ar, ContextId id,
-                                              std::shared_ptr<GradientStore> grads) {
+                                              std::shared_ptr<GradientStore> grads,
+                                              std::shared_ptr<ForwardInbox> inbox) {
   self->state.ar = ar;
   self->state.grads = std::move(grads);
+  self->state.inbox = std::move(inbox);
   self->state.rt = &ar->services();
   self->state.id = id;
+  // Every handler starts with take_forward (F1 of Note [Forward inbox]).
   return {
-      [self](RegisterSend& r) {
-        if (r.peer != self->state.rt->rank()) self->state.peers.insert(r.peer);
-        self->state.sends.emplace(r.node->id().packed, std::move(r.node));
+      [self](StartBackward& sb) {
+        take_forward(self);
+        start_root(self, std::move(sb));
       },
-      [self](RegisterRecv& r) {
-        if (r.peer != self->state.rt->rank()) self->state.peers.insert(r.peer);
-        self->state.recvs.emplace(r.node->send_id().packed, std::move(r.node));
+      [self](IncomingGrad& ig) {
+        take_forward(self);
+        on_incoming_grad(self, std::move(ig));
       },
-      [self](peer_atom, WorkerId w) {
-        if (w != self->state.rt->rank()) self->state.peers.insert(w);
-      },
-      [self](StartBackward& sb) { start_root(self, std::move(sb)); },
-      [self](IncomingGrad& ig) { on_incoming_grad(self, std::move(ig)); },
       [self](BackwardDone& d) {
         if (self->state.task) self->send(self->state.task, std::move(d));
       },
-      [self](TaskEnded& e) { on_task_ended(self, std::move(e)); },
-      [self](ContextControl& msg) { on_control(self, std::move(msg)); },
+      [self](TaskEnded& e) {
+        take_forward(self);
+        on_task_ended(self, std::move(e));
+      },
+      [self](ContextControl& msg) {
+        take_forward(self);
+        on_control(self, std::move(msg));
+      },
       [self](peer_down_atom, WorkerId w) {
+        take_forward(self);
         if (self->state.task) self->send(self->state.task, peer_down_atom::value, w);
         if (w == self->state.id.worker()) release_orphan(self, w);
       },
@@ -242,8 +265,10 @@ void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from
   rt.send_to_peer(from, std::move(done));
 }
 
-context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads) {
-  return spawn_protocol_actor(ar.services().system(), context_behavior, &ar, id, std::move(grads));  // Note [Where actors run]
+context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads,
+                                  std::shared_ptr<ForwardInbox> inbox) {
+  return spawn_protocol_actor(ar.services().system(), context_behavior, &ar, id, std::move(grads),
+                              std::move(inbox));  // Note [Where actors run]
 }
 
 }  // namespace castor::detail

@@ -6,7 +6,9 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -22,16 +24,29 @@
 
 namespace castor::detail {
 
-// Each also tells the context which worker it exchanged a message with (one
-// message per call instead of two: the peer_atom alone is for calls whose
-// tensors need no gradient).
-struct RegisterSend {
-  std::shared_ptr<SendRpcBackward> node;
-  WorkerId peer = -1;
-};
-struct RegisterRecv {
-  std::shared_ptr<RecvRpcBackward> node;
-  WorkerId peer = -1;
+// Note [Forward inbox]
+// ~~~~~~~~~~~~~~~~~~~~
+// The forward pass's bookkeeping reaches a context without a message. Each
+// call in a context adds a send or recv function (or only a peer) to the
+// context's inbox, under the inbox's lock, on the thread that makes or
+// receives the call; the context actor takes what the inbox holds at the
+// start of each message it handles (take_forward), into its own state.
+//  F1 A registration is in the inbox before the message that carries its
+//     tensor leaves (or, for a recv, before the call runs), so any message
+//     that can refer to it (a gradient for that send, a backward pass, a
+//     cleanup) reaches the actor after it: the actor never misses one.
+//  F2 The actor is spawned on the first message it must handle (backward,
+//     a gradient, an answer, a cleanup, a peer's death), not when the
+//     context is made or first seen: a forward pass wakes no actor at all.
+//     Before, each call in a context sent its context actor two messages
+//     on each side and spawned the peer's actor while the call was served,
+//     each a wake of the multiplexer's thread (Note [Where actors run],
+//     P2): a 1-hop forward in a fresh context took about twice the call.
+struct ForwardInbox {
+  std::mutex mtx;
+  std::vector<std::shared_ptr<SendRpcBackward>> sends;
+  std::vector<std::shared_ptr<RecvRpcBackward>> recvs;
+  std::set<WorkerId> peers;  // other workers this context exchanged a message with
 };
 /// backward() on this worker: the roots and their initial gradients.
 struct StartBackward {
@@ -53,8 +68,6 @@ struct TaskEnded {
 
 }  // namespace castor::detail
 
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::RegisterSend)
-CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::RegisterRecv)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::StartBackward)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::IncomingGrad)
 CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::TaskEnded)
@@ -62,9 +75,6 @@ CAF_ALLOW_UNSAFE_MESSAGE_TYPE(castor::detail::TaskEnded)
 namespace castor::detail {
 
 using context_actor = caf::typed_actor<
-    caf::reacts_to<RegisterSend>,             // forward pass: a tensor left in this context
-    caf::reacts_to<RegisterRecv>,             // forward pass: a tensor arrived in this context
-    caf::reacts_to<peer_atom, WorkerId>,      // this context exchanged a message with a worker
     caf::reacts_to<StartBackward>,            // backward() here (the root)
     caf::reacts_to<IncomingGrad>,             // a gradient for one of our send functions
     caf::reacts_to<BackwardDone>,             // the answer to a gradient we sent
@@ -82,7 +92,9 @@ void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from
 
 class GradientStore;
 
-/// `grads` is the context's gradient store (Note [Gradient store]).
-context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads);
+/// `grads` is the context's gradient store (Note [Gradient store]), `inbox`
+/// its forward registrations (Note [Forward inbox]).
+context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads,
+                                  std::shared_ptr<ForwardInbox> inbox);
 
 }  // namespace castor::detail

@@ -217,6 +217,43 @@ TEST_CASE("an error in a remote node fails the whole pass, naming the worker -- 
   CHECK(eventually([&] { return no_context_anywhere(world); }));
 }
 
+TEST_CASE("a forward pass in a context wakes no context actor, the first backward spawns them and sees every call (Note [Forward inbox])") {
+  LocalWorld world(2, [](WorkerOptions& o) { fast(o); });
+  auto running = [&](size_t i) { return castor::testing::runtime(world[i]).system->registry().running(); };
+  auto a = leaf({3, 3}, 21), b = leaf({3, 3}, 22);
+  CHECK(close(world[0].rpc_sync<torch::Tensor>("worker1", "my_add", a, b), a + b));  // links up, outside a context
+  const auto before0 = running(0), before1 = running(1);
+  {
+    autograd::Context ctx(world[0]);
+    // F2: 20 calls in the context, each with a send and a recv function on
+    // both sides, and not one actor more on either worker.
+    auto sum = torch::zeros({3, 3}, torch::kDouble);
+    for (int i = 0; i < 20; ++i) sum = sum + world[0].rpc_sync<torch::Tensor>("worker1", "my_add", a, b);
+    CHECK(running(0) == before0);
+    CHECK(running(1) == before1);
+    CHECK(world[0].autograd_debug_info().at("num_send_functions") == 20);
+    CHECK(world[1].autograd_debug_info().at("num_recv_functions") == 20);
+    // F1: the backward finds all 20 (and the gradients of local autograd).
+    ctx.backward({(sum * sum).sum()});
+    auto grads = ctx.gradients();
+    auto a2 = twin(a), b2 = twin(b);
+    auto sum2 = 20 * (a2 + b2);
+    (sum2 * sum2).sum().backward();
+    CHECK(close(grads.at(a), a2.grad()));
+    CHECK(close(grads.at(b), b2.grad()));
+    CHECK(running(0) > before0);  // now the context has its actor here
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+  CHECK(eventually([&] { return running(0) == before0 && running(1) == before1; }));
+  // A context that ends without a backward pass is cleaned up everywhere too.
+  {
+    autograd::Context ctx(world[0]);
+    world[0].rpc_sync<torch::Tensor>("worker1", "my_add", a, b);
+    CHECK(contexts_on(world[1]) == 1);
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}
+
 TEST_CASE("context cleanup reaches every worker it touched, also through nested calls") {
   LocalWorld world(4, [](WorkerOptions& o) { fast(o); });
   auto x = leaf({2}, 12);

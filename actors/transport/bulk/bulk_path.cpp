@@ -93,10 +93,14 @@ namespace castor::detail {
 //      found dead, and a peer's death shuts its links (peer_down), so no
 //      thread waits on a host that vanished. A sending thread writes only
 //      when the socket's buffer has room for the frame and a margin, so it
-//      never waits for the peer, and never on the receiver's thread (a
-//      small builtin's reply is sent from there: two receivers blocked
-//      writing to each other would never read again); stop() waits for a
-//      write in progress.
+//      never waits for the peer; stop() waits for a write in progress. The
+//      receiver's thread writes a small frame itself too (a small builtin's
+//      reply is sent from there), under the same rule: with room for it, a
+//      write cannot block, so two receivers never wait on each other. It
+//      never takes others' frames (B12), and a frame with large tensors
+//      always goes to the writer (B7's answer is read by the writing
+//      thread). Handing those replies to the writer cost a thread wake per
+//      small builtin call.
 //  B9. Few syscalls per small frame. The receiver reads what a link's
 //      socket holds (up to 64 KiB) and takes a frame's fields from there, so
 //      a small frame costs one recv or less, not one per field; a read of
@@ -165,7 +169,7 @@ namespace castor::detail {
 //      socket has room for a whole batch and it is not the receiver's
 //      thread); what it leaves it hands to the writer. The writer is woken
 //      only then, or for a frame queued with no one writing: large
-//      tensors, a full socket, the receiver's thread. Before, every queued
+//      tensors, a full socket. Before, every queued
 //      frame and every direct write woke the writer, which mostly found the
 //      link busy and slept again: in a flood of rpc_async calls it was a
 //      third of all context switches of both workers.
@@ -230,7 +234,7 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     frame = make_frame(type, encode(), std::move(tensors), id);
     frame.fallback = std::move(copy);
     bool behind = link->writing || !link->queue.empty() || pipelined;
-    if (behind || !frame.tensors.empty() || on_receiver_thread ||
+    if (behind || !frame.tensors.empty() ||
         !net::has_send_room(link->stream.fd(), frame.head.size() + kSendRoomMargin)) {
       if (!start_writer(*link)) {  // B11: no writer free now: CAF takes the message, whole again
         restore(values, frame.tensors);
