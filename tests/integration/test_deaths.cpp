@@ -183,6 +183,16 @@ void kill_worker1_at(const std::string& point) {
   std::vector<Future<int64_t>> stream_calls;  // their values are i + 1
   std::atomic<bool> stream_stop{false};
   std::thread streaming;
+  // A failed REQUIRE below unwinds past a running stream: stop and join it
+  // first (a joinable std::thread's destructor would end the process).
+  struct StreamJoin {
+    std::atomic<bool>& stop;
+    std::thread& thread;
+    ~StreamJoin() {
+      stop = true;
+      if (thread.joinable()) thread.join();
+    }
+  } stream_join{stream_stop, streaming};
   std::string expected_error = "worker worker1 is unreachable";
   {
     std::optional<autograd::Context> ctx;
@@ -282,7 +292,9 @@ void kill_worker1_at(const std::string& point) {
         for (int64_t i = 0; i < 200000 && !stream_stop.load(); ++i)
           stream_calls.push_back(w0.rpc_async<int64_t>("worker1", "add_ints", i, int64_t(1)));
       });
-      REQUIRE(eventually([&] { return stats.lane_writes.load() > 200; }, milliseconds(10000)));
+      // 200 replies back on the lane, so that calls have completed.
+      const auto replies = stats.lane_received.load();
+      REQUIRE(eventually([&] { return stats.lane_received.load() > replies + 200; }, milliseconds(10000)));
     } else if (point == "nested call") {
       // worker1 calls worker0 back twice; worker0 is serving both at the kill.
       int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));

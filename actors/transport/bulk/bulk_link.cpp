@@ -259,22 +259,40 @@ void BulkPath::write_loop(Link& link) {
   }
 }
 
-// Under the link's lock, with frames queued: the first, and B9 the small
-// ones behind it while the batch is small.
+namespace {
+// Under the link's lock, with frames queued: how many frames the next batch
+// takes (the first, and B9 the small ones behind it while the batch is
+// small), and their bytes.
+size_t next_batch(const std::deque<Frame>& queue, size_t& bytes) {
+  size_t n = 0;
+  bytes = 0;
+  do {
+    bytes += queue[n].head.size();
+    ++n;
+  } while (queue[n - 1].tensors.empty() && n < queue.size() && queue[n].tensors.empty() && n < kMaxBatchFrames &&
+           bytes < kMaxBatchBytes);
+  return n;
+}
+}  // namespace
+
 void BulkPath::take_batch(Link& link, std::vector<Frame>& out) {
   size_t bytes = 0;
-  do {
-    bytes += link.queue.front().head.size();
+  for (size_t n = next_batch(link.queue, bytes); n > 0; --n) {
     out.push_back(std::move(link.queue.front()));
     link.queue.pop_front();
-  } while (out.back().tensors.empty() && !link.queue.empty() && link.queue.front().tensors.empty() &&
-           out.size() < kMaxBatchFrames && bytes < kMaxBatchBytes);
+  }
 }
 
 namespace {
+// B12: a caller takes the next batch only when it has no large tensors and
+// the socket has room for all of it (a frame of many small tensors may be
+// large itself: it queued because it did not fit), so that it never waits
+// for the peer (B8).
 bool sendable_by_caller(const std::deque<Frame>& queue, int fd) {
-  return queue.front().tensors.empty() && !on_receiver_thread &&
-         net::has_send_room(fd, kMaxBatchBytes + kSendRoomMargin);
+  if (!queue.front().tensors.empty() || on_receiver_thread) return false;
+  size_t bytes = 0;
+  next_batch(queue, bytes);
+  return net::has_send_room(fd, bytes + kSendRoomMargin);
 }
 }  // namespace
 
@@ -320,6 +338,9 @@ bool BulkPath::write_frames(Link& link, Frame* out, size_t n, bool caller) {
         }  // the writer loops to the queue itself
       }
       if (stopping_) link.cv.notify_all();  // stop() waits for `writing`
+      // A writer that woke for a break or a stop while this thread wrote
+      // went back to sleep: it ends now rather than after kWriterIdle.
+      if (link.broken || stopping_) link.writer_cv.notify_all();
     }
     if (sent) {
       size_t small = 0;

@@ -173,13 +173,16 @@ namespace castor::detail {
 //      frame and every direct write woke the writer, which mostly found the
 //      link busy and slept again: in a flood of rpc_async calls it was a
 //      third of all context switches of both workers.
-//  B13. Streams of calls leave in batches. A call whose thread's previous
-//      call on the same link still waits for its reply is part of a stream
-//      (rpc_async in a loop): it goes to the writer, which sends what
-//      queued while it woke in one write (B9), instead of one send each.
-//      A thread that waits for each reply (rpc_sync) always finds its
-//      previous call answered and keeps the direct write, so a single
-//      call's latency is unchanged. Measured with castor-bench rpc on this
+//  B13. Streams of calls leave in batches. A call whose thread's two
+//      previous calls on the same link both still wait for their replies
+//      is part of a stream (rpc_async in a loop): it goes to the writer,
+//      which sends what queued while it woke in one write (B9), instead of
+//      one send each. A thread that waits for each reply (rpc_sync) always
+//      finds its previous call answered and keeps the direct write, so a
+//      single call's latency is unchanged. Two, not one: a call made while
+//      one other of its thread is out (`remote()` then its `to_here()`, an
+//      rpc_async then an rpc_sync) is not a stream and keeps the direct
+//      write; a stream is found from its third call. Measured with castor-bench rpc on this
 //      2-core machine, the same hour: rpc_async 1.5x the calls/s (27-29x
 //      PyTorch, from 18x), rpc_sync within its range.
 
@@ -214,15 +217,18 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
   auto* link = link_to(to, large && !fallback);
   if (!link) return false;
-  // B13: a thread that calls again while its last call on this link still
-  // waits for its reply sends a stream of calls.
+  // B13: a thread that calls again while its last two calls on this link
+  // still wait for their replies sends a stream of calls.
   bool pipelined = false;
   if (type == kRequest) {
     thread_local const Link* last_link = nullptr;
-    thread_local CallId last_call;
-    pipelined = last_link == link && rt_.pending.contains(last_call);
+    thread_local CallId last_calls[2];
+    if (last_link != link) last_calls[0] = last_calls[1] = CallId{};
+    pipelined = last_link == link && last_calls[0].valid() && last_calls[1].valid() &&
+                rt_.pending.contains(last_calls[0]) && rt_.pending.contains(last_calls[1]);
     last_link = link;
-    last_call = id;
+    last_calls[0] = last_calls[1];
+    last_calls[1] = id;
   }
   Frame frame;
   {
