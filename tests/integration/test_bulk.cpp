@@ -187,7 +187,11 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   auto ints = at::arange(int64_t(3) << 20);  // 24 MiB: B7 splits it across two threads
   CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", big), big));
   CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", strided), strided));
-  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", ints), ints));
+  auto back = w.rpc_sync<at::Tensor>("worker1", "identity", ints);
+  CHECK(at::equal(back, ints));
+  // A received block of a huge page or more starts on a huge page's
+  // boundary (ReceiveBlocks::allocate: it asks for huge pages there).
+  CHECK(reinterpret_cast<uintptr_t>(back.data_ptr()) % (uintptr_t(2) << 20) == 0);
   CHECK(eventually([&] { return bulk_sent(w) == 3; }));
   CHECK(bulk_received(w) == 3);  // the replies, on worker1's own link
   w.shutdown();

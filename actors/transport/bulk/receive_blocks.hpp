@@ -26,6 +26,7 @@ class ReceiveBlocks {
   at::Tensor empty(const std::vector<int64_t>& sizes, at::ScalarType dtype, size_t bytes);
 
  private:
+  static void* allocate(size_t bytes);
   void* take(size_t bytes);
   void give(void* p, size_t bytes);
   std::mutex mtx_;
