@@ -327,7 +327,6 @@ bool BulkPath::write_frames(Link& link, Frame* out, size_t n, bool caller) {
       if (!sent) {
         link.broken = true;
         lost.swap(link.queue);
-        link.writer_cv.notify_all();
       } else if (!link.queue.empty()) {
         if (caller && round < kMaxCallerBatches && !link.broken && !stopping_ &&
             sendable_by_caller(link.queue, link.stream.fd())) {
@@ -339,7 +338,8 @@ bool BulkPath::write_frames(Link& link, Frame* out, size_t n, bool caller) {
       }
       if (stopping_) link.cv.notify_all();  // stop() waits for `writing`
       // A writer that woke for a break or a stop while this thread wrote
-      // went back to sleep: it ends now rather than after kWriterIdle.
+      // went back to sleep (and this break is its own): it ends now rather
+      // than after kWriterIdle.
       if (link.broken || stopping_) link.writer_cv.notify_all();
     }
     if (sent) {

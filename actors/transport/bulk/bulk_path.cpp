@@ -204,6 +204,23 @@ BulkPath::BulkPath(Runtime& rt) : rt_(rt) {
 
 BulkPath::~BulkPath() { stop(); }
 
+namespace {
+// B13: whether the calling thread's two previous calls on `link` both still
+// wait for their replies, so that call `id` continues a stream; remembers
+// `id` as this thread's latest.
+bool continues_stream(const PendingCalls& pending, const BulkPath::Link* link, CallId id) {
+  thread_local const BulkPath::Link* last_link = nullptr;
+  thread_local CallId last_calls[2];
+  if (last_link != link) last_calls[0] = last_calls[1] = CallId{};
+  bool stream = last_link == link && last_calls[0].valid() && last_calls[1].valid() &&
+                pending.contains(last_calls[1]) && pending.contains(last_calls[0]);
+  last_link = link;
+  last_calls[0] = last_calls[1];
+  last_calls[1] = id;
+  return stream;
+}
+}  // namespace
+
 // Under the link's lock from the check to the hand-off: a link that breaks
 // meanwhile leaves the message untouched for CAF (B4). B8: an idle link
 // takes a frame without large tensors from this thread at once.
@@ -217,19 +234,7 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
   auto* link = link_to(to, large && !fallback);
   if (!link) return false;
-  // B13: a thread that calls again while its last two calls on this link
-  // still wait for their replies sends a stream of calls.
-  bool pipelined = false;
-  if (type == kRequest) {
-    thread_local const Link* last_link = nullptr;
-    thread_local CallId last_calls[2];
-    if (last_link != link) last_calls[0] = last_calls[1] = CallId{};
-    pipelined = last_link == link && last_calls[0].valid() && last_calls[1].valid() &&
-                rt_.pending.contains(last_calls[0]) && rt_.pending.contains(last_calls[1]);
-    last_link = link;
-    last_calls[0] = last_calls[1];
-    last_calls[1] = id;
-  }
+  bool pipelined = type == kRequest && continues_stream(rt_.pending, link, id);
   Frame frame;
   {
     std::lock_guard<std::mutex> lock(link->mtx);

@@ -38,7 +38,8 @@ class BulkPath {
   uint16_t port() const { return port_; }
 
   /// Sends `msg` to `to` on the link (B8: from this thread when the link is
-  /// idle and `msg` has no large tensor, else through the link's writer);
+  /// idle and `msg` has no large tensor, else through the link's writer, and
+  /// B13 a request of a stream of calls through the writer too);
   /// false (and `msg` untouched) when the link to `to` cannot be opened or
   /// is broken: the caller sends through CAF instead.
   bool try_send(WorkerId to, CallRequest& msg);

@@ -31,8 +31,8 @@ at::Tensor ReceiveBlocks::empty(const std::vector<int64_t>& sizes, at::ScalarTyp
 // Where transparent huge pages are off, the advice is ignored.
 void* ReceiveBlocks::allocate(size_t bytes) {
   constexpr size_t kHugePage = size_t(2) << 20;
-  void* p = nullptr;
   if (bytes < kHugePage) return std::aligned_alloc(4096, bytes);
+  void* p = nullptr;
   if (::posix_memalign(&p, kHugePage, bytes) != 0) return nullptr;
   ::madvise(p, bytes, MADV_HUGEPAGE);
   return p;
