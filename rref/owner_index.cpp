@@ -27,6 +27,19 @@ std::string describe_held(const Holder& h, int64_t& bytes) {
 
 }  // namespace
 
+std::shared_ptr<Holder> OwnerIndex::holder_for(RRefId id, std::shared_ptr<Holder> fresh) {
+  std::lock_guard<std::mutex> lock(mtx_);
+  auto& e = entries_[id];
+  if (!e.holder) e.holder = fresh ? std::move(fresh) : std::make_shared<Holder>();
+  return e.holder;
+}
+
+std::shared_ptr<Holder> OwnerIndex::find(RRefId id) const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  auto it = entries_.find(id);
+  return it == entries_.end() ? nullptr : it->second.holder;
+}
+
 void OwnerIndex::added(RRefId id, std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats) {
   std::lock_guard<std::mutex> lock(mtx_);
   entries_[id] = Entry{std::move(holder), std::move(stats)};
@@ -42,6 +55,7 @@ std::vector<OwnedRRefInfo> OwnerIndex::owned() const {
   std::vector<OwnedRRefInfo> out;
   std::lock_guard<std::mutex> lock(mtx_);
   for (auto& [id, e] : entries_) {
+    if (!e.stats) continue;  // started on arrival; its owner is a message away
     OwnedRRefInfo info;
     info.id = to_string(id);
     info.type = describe_held(*e.holder, info.bytes);

@@ -12,6 +12,7 @@
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/hooks/protocol_actor.hpp"
 #include "actors/hooks/worker_services.hpp"
+#include "rref/calls/on_arrival.hpp"
 #include "rref/rref_counters.hpp"
 
 namespace castor::detail {
@@ -135,26 +136,7 @@ void pump(owner_pointer self) {
 
 void fetch(owner_pointer self, OwnerCall&& call) {
   auto& st = self->state;
-  auto* rt = st.rt;
-  auto shared = st.counters;
-  shared->pending_fetches.fetch_add(1);
-  auto id = st.id;
-  auto rt_name = rt->name();
-  st.holder->on_set([holder = st.holder, done = std::move(call.done), shared, id, rt_name]() {
-    shared->pending_fetches.fetch_sub(1);
-    if (auto err = holder->error()) {
-      done(Outcome::failure(make_error(err->kind, rt_name,
-                                       "RRef " + to_string(id) + " owned by worker " + rt_name +
-                                           " has no value: the call that was to create it failed: " + err->message)));
-    } else if (holder->holds_object()) {
-      done(Outcome::failure(make_error(ErrorKind::Type, rt_name,
-                                       "to_here on RRef " + to_string(id) + " of class '" + holder->cls()->name +
-                                           "': an object stays on its owner, worker " + rt_name +
-                                           " (call its methods instead)")));
-    } else {
-      done(Outcome::success(holder->value()));
-    }
-  });
+  answer_fetch(st.holder, st.id, st.rt->name(), st.counters, std::move(call.done));
 }
 
 owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerServices* rt, RRefId id,

@@ -8,6 +8,7 @@
 
 #include "actors/hooks/worker_services.hpp"
 #include "rref/calls/call_preparation.hpp"
+#include "rref/calls/remote_calls.hpp"
 #include "rref/context_state.hpp"
 #include "rref/rref_runtime.hpp"
 
@@ -84,7 +85,7 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_pt
   auto& st = self->state;
   if (!make) return st.owners.find(id);
   return st.owners.find_or_make(id, [&] {
-    if (!holder) holder = std::make_shared<Holder>();
+    holder = st.rr->owner_index().holder_for(id, std::move(holder));  // V1 of Note [Values on arrival]
     auto me = caf::actor_cast<rref_context_actor>(self);
     auto stats = std::make_shared<OwnerStats>();
     auto actor = spawn_owner_rref(*st.rt, id, holder, stats, [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
@@ -201,7 +202,10 @@ context_behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
   return {
       [self](RRefControl& msg) { on_control(self, msg); },
       [self](RRefControlAck& ack) { on_ack(self, ack); },
-      [self](IncomingCall& ic) { prepare_call(self, std::move(ic)); },
+      [self](IncomingCall& ic) {
+        if (ic.started) return count_started(self, std::move(ic));  // V2 of Note [Values on arrival]
+        prepare_call(self, std::move(ic));
+      },
       [self](ForkRegistration& r) { on_fork_registered(self, r); },
       [self](StateDropped& d) { on_dropped(self, d); },
       [self](OwnerRegistration& r) { on_owner_registered(self, r); },

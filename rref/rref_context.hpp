@@ -80,10 +80,15 @@ namespace castor::detail {
 // actors (owner_rref_actor.cpp) deliver events to them and send what they
 // return.
 
-/// A request that involves RRefs, with where its reply goes.
+class CreationJoin;
+
+/// A request that involves RRefs, with where its reply goes. `started`: a
+/// remote() whose function already runs (V2 of Note [Values on arrival]);
+/// the request comes without its arguments and the join has its reply.
 struct IncomingCall {
   CallRequest request;
   caf::strong_actor_ptr reply_to;
+  std::shared_ptr<CreationJoin> started;
 };
 
 /// A fork leaves this worker (fork_for): counted at the owner or kept as a

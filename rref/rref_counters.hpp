@@ -23,6 +23,9 @@ struct RRefCounters {
   TableGauge pending_children;              // forks we gave away, not yet confirmed, G2 (ForkTable)
   TableGauge outbox;                        // control messages awaiting an ack (Outbox)
   std::atomic<int64_t> user_rrefs{0};       // user-side states alive here (RRefRuntime)
+  // Note [Values on arrival], since the start (RRefRuntime::handle_request):
+  std::atomic<int64_t> values_on_arrival{0};   // remote() calls started by the thread that received them (V2)
+  std::atomic<int64_t> fetches_on_arrival{0};  // fetches answered from the OwnerIndex's holder (V3)
 };
 
 /// What inspection sees of one owned value (castor inspect).

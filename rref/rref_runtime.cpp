@@ -6,6 +6,7 @@
 #include <caf/send.hpp>
 
 #include "actors/hooks/worker_services.hpp"
+#include "rref/calls/on_arrival.hpp"
 
 namespace castor::detail {
 
@@ -72,7 +73,20 @@ bool RRefRuntime::wants(const CallRequest& req) const {
 }
 
 void RRefRuntime::handle_request(CallRequest&& req, caf::strong_actor_ptr reply_to) {
-  caf::anon_send(context_, IncomingCall{std::move(req), std::move(reply_to)});
+  // Note [Values on arrival]: served here, on the thread that received it,
+  // what needs no protocol state first.
+  if (req.kind == CallKind::fetch) {
+    if (auto holder = owner_index_.find(req.target)) {  // V3
+      counters_->fetches_on_arrival.fetch_add(1, std::memory_order_relaxed);
+      return answer_fetch(std::move(holder), req.target, rt_.name(), counters_, rt_.replier(reply_to, req));
+    }
+  } else if (starts_on_arrival(req)) {  // V2
+    counters_->values_on_arrival.fetch_add(1, std::memory_order_relaxed);
+    auto started = start_on_arrival(rt_, owner_index_, req, rt_.replier(reply_to, req));
+    caf::anon_send(context_, IncomingCall{std::move(req), std::move(reply_to), std::move(started)});
+    return;
+  }
+  caf::anon_send(context_, IncomingCall{std::move(req), std::move(reply_to), nullptr});
 }
 
 void RRefRuntime::handle_control(RRefControl&& msg) { caf::anon_send(context_, std::move(msg)); }
@@ -95,7 +109,9 @@ std::map<std::string, int64_t> RRefRuntime::debug_info() const {
           {"num_pending_users", counters_->pending_users.load()},
           {"num_pending_children", counters_->pending_children.load()},
           {"num_user_rrefs", counters_->user_rrefs.load()},
-          {"num_unacked_control_messages", counters_->outbox.load()}};
+          {"num_unacked_control_messages", counters_->outbox.load()},
+          {"values_started_on_arrival_total", counters_->values_on_arrival.load()},
+          {"fetches_answered_on_arrival_total", counters_->fetches_on_arrival.load()}};
 }
 
 void RRefRuntime::after(std::chrono::milliseconds delay, std::function<void()> f) {
@@ -140,6 +156,7 @@ RRefStatePtr RRefRuntime::new_owner_state(RRefId id, std::shared_ptr<Holder> hol
 }
 
 void RRefRuntime::register_owner(RRefId id, std::shared_ptr<Holder> holder) {
+  owner_index_.holder_for(id, holder);  // V1 of Note [Values on arrival]: before a request of ours can arrive
   caf::anon_send(context_, OwnerRegistration{id, std::move(holder)});
 }
 

@@ -3,7 +3,9 @@
 #include "rref/calls/remote_calls.hpp"
 
 #include "actors/hooks/worker_services.hpp"
+#include "rref/calls/on_arrival.hpp"
 #include "rref/class_registry.hpp"
+#include "rref/rref_runtime.hpp"
 
 namespace castor::detail {
 namespace {
@@ -13,6 +15,13 @@ namespace {
 std::shared_ptr<Holder> create_result_slot(context_pointer self, const CallRequest& req) {
   auto* slot = to_owner(self, OwnerEvent::created(req.result_to.rref_id, req.result_to.fork_id, req.caller));
   return slot ? slot->holder : nullptr;
+}
+
+// remote()'s timeout bounds the value's creation (see on_creation_due).
+void bound_creation(context_pointer self, const CallRequest& req, const Holder& result) {
+  if (req.create_within_ms > 0 && !result.is_set())
+    self->delayed_send(self, std::chrono::milliseconds(req.create_within_ms), create_by_atom::value,
+                       req.result_to.rref_id, req.create_within_ms);
 }
 
 void run_constructor(WorkerServices* rt, const ClassEntry* cls, std::vector<Value>&& args, std::shared_ptr<Holder> holder,
@@ -46,6 +55,17 @@ void make_value(WorkerServices* rt, CallRequest&& req, std::shared_ptr<Holder> h
   });
 }
 
+void count_started(context_pointer self, IncomingCall&& ic) {
+  const auto& req = ic.request;
+  auto result = create_result_slot(self, req);
+  if (!result) {
+    self->state.rr->owner_index().removed(req.result_to.rref_id);  // V4
+    return ic.started->counted(gone_error(self, req.result_to.rref_id));
+  }
+  bound_creation(self, req, *result);
+  ic.started->counted(std::nullopt);
+}
+
 void dispatch(context_pointer self, IncomingCall&& ic) {
   auto& st = self->state;
   auto* rt = st.rt;
@@ -57,9 +77,7 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
     result = create_result_slot(self, req);
     if (!result) return reply(Outcome::failure(gone_error(self, req.result_to.rref_id)));
     if (req.result_to.recipe) result->set_recipe(req.result_to.recipe, 0);  // Note [Restartable values]
-    if (req.create_within_ms > 0 && !result->is_set())  // see on_creation_due
-      self->delayed_send(self, std::chrono::milliseconds(req.create_within_ms), create_by_atom::value,
-                         req.result_to.rref_id, req.create_within_ms);
+    bound_creation(self, req, *result);
   }
   switch (req.kind) {
     case CallKind::function: {

@@ -14,6 +14,10 @@ namespace castor::detail {
 /// reply goes to ic.reply_to exactly once.
 void dispatch(context_pointer self, IncomingCall&& ic);
 
+/// V2 of Note [Values on arrival]: the context's half of a remote() that
+/// started on arrival: its owner is made and counts the caller's fork.
+void count_started(context_pointer self, IncomingCall&& ic);
+
 /// remote(): runs the function, or constructs the class, that `req` names
 /// into `holder` (its error, if it fails), then calls `ack`.
 void make_value(WorkerServices* rt, CallRequest&& req, std::shared_ptr<Holder> holder, Completion ack);

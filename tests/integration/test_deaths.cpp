@@ -295,12 +295,28 @@ void kill_worker1_at(const std::string& point) {
       // 200 replies back on the lane, so that calls have completed.
       const auto replies = stats.lane_received.load();
       REQUIRE(eventually([&] { return stats.lane_received.load() > replies + 200; }, milliseconds(10000)));
+    } else if (point == "remote() started on arrival, its creator killed") {
+      // V2 of Note [Values on arrival]: worker1's remote() runs on worker2 as
+      // it arrives and waits at a gate; worker2's owner counts worker1's
+      // fork beside it. worker1 dies before the value exists: the owner
+      // ends with the dead fork, and the function, let go after the kill,
+      // finishes into a value nobody owns and an acknowledgement to nobody.
+      auto& gate = test::gate("creator killed");
+      gate.reset();
+      auto started = w2.rref_debug_info().at("values_started_on_arrival_total");
+      CHECK(w0.rpc_sync<bool>("worker1", "hold_gated_remote", std::string("k"), std::string("worker2"),
+                              std::string("creator killed")));
+      REQUIRE(gate.wait_arrived(1, milliseconds(20000)));
+      CHECK(w2.rref_debug_info().at("values_started_on_arrival_total") == started + 1);
+      REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_forks") == 1; }, milliseconds(10000)));
+      CHECK(held_counts(w2).at("calls_incoming") == 1);
     } else if (point == "nested call") {
       // worker1 calls worker0 back twice; worker0 is serving both at the kill.
       int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));
       REQUIRE(eventually([&] { return held_counts(w0).at("calls_incoming") == 2; }, milliseconds(10000)));
     }
     child.kill();
+    if (point == "remote() started on arrival, its creator killed") test::gate("creator killed").open();
     if (streaming.joinable()) {
       std::this_thread::sleep_for(milliseconds(50));  // calls after the kill, too
       stream_stop = true;
@@ -363,7 +379,7 @@ TEST_CASE("a worker killed at each point of each protocol: every survivor's coun
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
                             "gradients queued behind a large frame", "a stream of small calls in batches",
-                            "nested call"}) {
+                            "remote() started on arrival, its creator killed", "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }

@@ -67,6 +67,54 @@ TEST_CASE("remote returns at once and to_here fetches the value from the owner")
   CHECK(at::equal(b.to_here(), at::full({3}, 3.0)));
 }
 
+// Note [Values on arrival]: a plain remote() starts its function on the
+// thread that received it, and its to_here is answered from the value's
+// holder, not through the RRef context and owner actors; the owner still
+// counts the fork (the acknowledgement waits for it: V2) and ends with it.
+TEST_CASE("remote() starts on arrival and to_here is answered from the value's holder (Note [Values on arrival])") {
+  LocalWorld world(2);
+  auto counts = [&] {
+    auto info = world[1].rref_debug_info();
+    return std::make_pair(info.at("values_started_on_arrival_total"), info.at("fetches_answered_on_arrival_total"));
+  };
+  auto [started0, fetched0] = counts();
+  auto a = at::ones({3});
+  for (int i = 0; i < 20; ++i) {
+    auto r = world[0].remote<at::Tensor>("worker1", "my_add", a, a * i);
+    CHECK(at::equal(r.to_here(), at::full({3}, 1.0 + i)));
+    CHECK(eventually([&] { return r.confirmed_by_owner(); }));
+    CHECK(owners_on(world[1]) == 1);  // the value's owner, made beside the call
+  }
+  auto [started, fetched] = counts();
+  CHECK(started - started0 == 20);
+  CHECK(fetched - fetched0 == 20);
+  CHECK(eventually([&] { return owners_on(world[1]) == 0; }));  // each ended with its fork
+  // User code that throws: every use of the RRef gets its error, naming the
+  // owner and the function's own words; the owner still ends.
+  {
+    auto bad = world[0].remote<at::Tensor>("worker1", "explode_now", a);
+    auto msg = error_of<RpcError>([&] { bad.to_here(); });
+    CHECK(contains(msg, "worker1"));
+    CHECK(contains(msg, "explode_now: failed at once (3 elements)"));
+    CHECK(contains(error_of<RpcError>([&] { bad.to_here(); }), "explode_now: failed at once"));
+  }
+  CHECK(eventually([&] { return owners_on(world[1]) == 0; }));
+  // What needs the protocol first is not started on arrival: an RRef
+  // argument (fetched before the call runs) goes through the context.
+  auto arg = world[0].make_rref(at::full({2}, 4.0));
+  auto [started1, fetched1] = counts();
+  auto r = world[0].remote<at::Tensor>("worker1", "identity", arg);
+  REQUIRE(eventually([&] { return r.confirmed_by_owner(); }));  // its owner is made by now
+  CHECK(at::equal(r.to_here(), at::full({2}, 4.0)));
+  CHECK(counts().first == started1);
+  CHECK(counts().second == fetched1 + 1);  // a fetch reads the holder whoever made the owner
+  // remote() to ourselves: the holder the caller made is the one that is set (V1).
+  auto self = world[1].remote<at::Tensor>("worker1", "my_add", a, a);
+  CHECK(self.is_owner());
+  CHECK(at::equal(self.to_here(Timeout{milliseconds(5000)}), at::full({3}, 2.0)));
+  CHECK(at::equal(self.local_value(), at::full({3}, 2.0)));
+}
+
 TEST_CASE("make_rref and local_value: the stored object itself, on the owner only") {
   LocalWorld world(2);
   auto t = at::arange(4, at::kFloat);

@@ -187,6 +187,14 @@ CASTOR_FUNCTION(fetch_held, [](std::string key) {
   }
   return r.to_here();
 });
+// remote() of gated_value on `owner`, held here under `key`: its value
+// does not exist until the test opens gate `gate` (test_deaths).
+CASTOR_FUNCTION(hold_gated_remote, [](std::string key, std::string owner, std::string gate) {
+  auto r = current_worker().remote<at::Tensor>(owner, "gated_value", gate, at::ones({2}));
+  std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+  castor::test::held[current_worker().name() + "/" + key] = r;
+  return true;
+});
 // Sends a held RRef to `to`, which holds it under `key`.
 CASTOR_FUNCTION(share_held, [](std::string key, std::string to, std::string new_key) {
   RRef<at::Tensor> r;
