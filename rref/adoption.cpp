@@ -32,10 +32,8 @@ void adopt_value(context_pointer self, Value& v, PreparedCallId waiting) {
     switch (st.forks->arrival_of(d)) {
       case Arrival::at_owner: {
         auto arrived = st.forks->arrived_at_owner(d);
-        std::shared_ptr<Holder> holder;
-        if (auto* slot = to_owner(self, arrived.local_ref)) {
-          holder = slot->holder;
-        } else {
+        auto holder = to_owner(self, arrived.local_ref);
+        if (!holder) {
           holder = std::make_shared<Holder>();
           holder->set_error(gone_error(self, d.rref_id));
         }

@@ -27,10 +27,14 @@ class WorkerServices;
 
 using context_broker = protocol_broker<rref_context_actor>;  // Note [Where actors run]
 
-/// A value owned here: its actor, and what it holds (read by calls on it).
+/// A value owned here: what it holds (read by calls on it), its fork count
+/// (kept here until a method call spawns its actor, which takes it over:
+/// Note [Light owners]), and what inspection reads of it.
 struct OwnerSlot {
-  owner_rref_actor actor;
   std::shared_ptr<Holder> holder;
+  std::shared_ptr<OwnerForks> forks;  // null once `actor` keeps it
+  std::shared_ptr<OwnerStats> stats;
+  owner_rref_actor actor;             // none until the first method call
 };
 
 struct context_state {
@@ -66,9 +70,14 @@ void send_control(context_pointer self, const ControlToSend& c);
 OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder = nullptr,
                       bool remade = false);
 
-/// Hands `e` to the owner of `e.rref` (made if the event may make it).
-/// Returns that owner, or nothing if there is none (it ended).
-OwnerSlot* to_owner(context_pointer self, const OwnerEvent& e);
+/// Hands `e` to the owner of `e.rref` (made if the event may make it), which
+/// may end with it (Note [Light owners]). Returns what the value is held in,
+/// or nothing if it has no owner (it ended).
+std::shared_ptr<Holder> to_owner(context_pointer self, const OwnerEvent& e);
+
+/// Note [Light owners]: the actor of the value in `slot` (`id`), spawned now
+/// if it has none (a method call needs one).
+owner_rref_actor owner_actor(context_pointer self, RRefId id, OwnerSlot& slot);
 
 /// "RRef ... no longer exists here (every fork was deleted)".
 ErrorInfo gone_error(context_pointer self, RRefId id);

@@ -1,5 +1,5 @@
-// OwnerRRef actor: fork accounting (delegated to OwnerForks), fetches,
-// serialized method calls.
+// OwnerRRef actor: fork accounting (delegated to OwnerForks), serialized
+// method calls.
 #include "rref/owner_rref_actor.hpp"
 
 #include <deque>
@@ -12,7 +12,6 @@
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/hooks/protocol_actor.hpp"
 #include "actors/hooks/worker_services.hpp"
-#include "rref/calls/on_arrival.hpp"
 #include "rref/rref_counters.hpp"
 
 namespace castor::detail {
@@ -30,7 +29,8 @@ struct owner_state {
 
   // Fork accounting (see Note [RRef protocol]): changed only by the
   // OwnerEvents the RRef context sends; it says when the value may end.
-  std::optional<OwnerForks> forks;
+  // Taken over from the context's slot (Note [Light owners]).
+  std::shared_ptr<OwnerForks> forks;
 
   // Method calls (see Note [Remote objects]): queued by OwnerCall, handed
   // out by pump, finished by released; at most one runs unless the class is
@@ -134,14 +134,9 @@ void pump(owner_pointer self) {
     if (!run_method(self, std::move(*call))) st.calls.finished();
 }
 
-void fetch(owner_pointer self, OwnerCall&& call) {
-  auto& st = self->state;
-  answer_fetch(st.holder, st.id, st.rt->name(), st.counters, std::move(call.done));
-}
-
 owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerServices* rt, RRefId id,
                                                std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats,
-                                               std::function<void()> on_gone) {
+                                               std::shared_ptr<OwnerForks> forks, std::function<void()> on_gone) {
   auto& st = self->state;
   st.rt = rt;
   st.id = id;
@@ -149,25 +144,14 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerService
   st.stats = std::move(stats);
   st.on_gone = std::move(on_gone);
   st.counters = rref_counters_ptr(*rt);
-  st.forks.emplace(id.worker(), st.counters->forks, st.stats->forks);
-  st.counters->owners.fetch_add(1);
+  st.forks = std::move(forks);
   return {
       [self](const OwnerEvent& e) {
         auto& st = self->state;
-        auto forks_before = st.forks->forks();
-        auto outcome = st.forks->apply(e);
-        if (e.kind == OwnerEvent::Kind::peer_down && st.forks->forks() < forks_before)
-          st.rt->note_released(e.worker, "rref_forks", int64_t(forks_before - st.forks->forks()));
-        if (outcome == OwnerForks::Outcome::creator_died) {
-          st.rt->note_released(e.worker, "rref_values_never_created");
-          auto who = st.rt->name_of(e.worker);
-          st.holder->set_error(
-              make_error(ErrorKind::Unreachable, who, "worker " + who + " died before creating the value"));
-        }
+        apply_owner_event(*st.rt, *st.forks, *st.holder, e);
         maybe_end(self);
       },
       [self](OwnerCall& call) {
-        if (call.request.kind == CallKind::fetch) return fetch(self, std::move(call));
         self->state.calls.push(std::move(call));
         pump(self);
       },
@@ -186,9 +170,22 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerService
 }  // namespace
 
 owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
-                                  std::shared_ptr<OwnerStats> stats, std::function<void()> on_gone) {
+                                  std::shared_ptr<OwnerStats> stats, std::shared_ptr<OwnerForks> forks,
+                                  std::function<void()> on_gone) {
   return spawn_protocol_actor(rt.system(), owner_behavior, &rt, id, std::move(holder), std::move(stats),
-                                             std::move(on_gone));
+                              std::move(forks), std::move(on_gone));
+}
+
+void apply_owner_event(WorkerServices& rt, OwnerForks& forks, Holder& holder, const OwnerEvent& e) {
+  auto forks_before = forks.forks();
+  auto outcome = forks.apply(e);
+  if (e.kind == OwnerEvent::Kind::peer_down && forks.forks() < forks_before)
+    rt.note_released(e.worker, "rref_forks", int64_t(forks_before - forks.forks()));
+  if (outcome == OwnerForks::Outcome::creator_died) {
+    rt.note_released(e.worker, "rref_values_never_created");
+    auto who = rt.name_of(e.worker);
+    holder.set_error(make_error(ErrorKind::Unreachable, who, "worker " + who + " died before creating the value"));
+  }
 }
 
 }  // namespace castor::detail

@@ -1,9 +1,9 @@
-// OwnerRRef actor: one per value owned by this worker. Holds the value (or
-// the pending slot until the creating call finishes), applies the fork
-// accounting events of Note [RRef protocol] to its OwnerForks (which decides
-// when the value may end), answers to_here, runs method calls one at a time
-// (its mailbox is the object's lock, Note [Remote objects]), and ends itself
-// when nothing refers to the value any more.
+// OwnerRRef actor: one per owned value that has had a method call. It
+// keeps the value's fork count (taken over from the RRef context, which
+// keeps the count of a value nobody calls methods on: Note [Light owners]),
+// runs method calls one at a time (its mailbox is the object's lock, Note
+// [Remote objects]), and ends itself when nothing refers to the value any
+// more.
 #pragma once
 
 #include <functional>
@@ -26,7 +26,7 @@ namespace castor::detail {
 
 class WorkerServices;
 
-/// A fetch or a method call on the owned value, with where its result goes.
+/// A method call on the owned value, with where its result goes.
 struct OwnerCall {
   CallRequest request;
   Completion done;                        // the reply (or remote()'s acknowledgement)
@@ -42,12 +42,20 @@ namespace castor::detail {
 
 using owner_rref_actor = caf::typed_actor<
     caf::reacts_to<OwnerEvent>,      // fork accounting, from the RRef context (Note [RRef protocol])
-    caf::reacts_to<OwnerCall>,       // to_here or a method call
+    caf::reacts_to<OwnerCall>,       // a method call
     caf::reacts_to<released_atom>,   // a method returned: the object is free
     caf::reacts_to<ready_atom>>;     // the value was set: queued calls may run
 
-/// Spawns the owner of `id`; `on_gone` runs (on the owner's thread) when it ends.
+/// Spawns the owner actor of `id`, which takes over its count `forks` from
+/// the context; `on_gone` runs (on the owner's thread) when it ends.
 owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
-                                  std::shared_ptr<OwnerStats> stats, std::function<void()> on_gone);
+                                  std::shared_ptr<OwnerStats> stats, std::shared_ptr<OwnerForks> forks,
+                                  std::function<void()> on_gone);
+
+/// One fork-accounting event on the count `forks` of the value in `holder`,
+/// wherever the count is kept (the owner actor, or the context's slot):
+/// what a dead peer released, and the value's error if its creator died
+/// before creating it.
+void apply_owner_event(WorkerServices& rt, OwnerForks& forks, Holder& holder, const OwnerEvent& e);
 
 }  // namespace castor::detail

@@ -97,15 +97,16 @@ void remake(context_pointer self, CallRequest&& req, Completion reply) {
             "worker " + rt->name_of(req.caller) + " re-registered")));
   auto* slot = owner_slot(self, fork.rref_id, true, nullptr, /*remade=*/true);
   if (!slot) return reply(Outcome::failure(gone_error(self, fork.rref_id)));
-  if (slot->holder->recipe().first) {
+  auto holder = slot->holder;  // the slot may end with the event below (L2 of Note [Light owners])
+  if (holder->recipe().first) {
     // RS2: made already, by another holder's request: count this fork.
-    self->send(slot->actor, OwnerEvent::add_fork(fork.rref_id, fork.fork_id, req.caller, /*from_peer=*/true));
+    to_owner(self, OwnerEvent::add_fork(fork.rref_id, fork.fork_id, req.caller, /*from_peer=*/true));
     return reply(Outcome::success(Value()));
   }
-  slot->holder->set_recipe(fork.recipe, fork.restarts);
-  self->send(slot->actor, OwnerEvent::created(fork.rref_id, fork.fork_id, req.caller));
+  holder->set_recipe(fork.recipe, fork.restarts);
+  to_owner(self, OwnerEvent::created(fork.rref_id, fork.fork_id, req.caller));
   reply(Outcome::success(Value()));
-  make_value(rt, std::move(req), slot->holder, [](Outcome) {});
+  make_value(rt, std::move(req), holder, [](Outcome) {});
 }
 
 }  // namespace castor::detail

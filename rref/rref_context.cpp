@@ -4,6 +4,9 @@
 // control messages through the outbox, acks, events to owner actors.
 #include "rref/rref_context.hpp"
 
+#include <chrono>
+#include <vector>
+
 #include <caf/send.hpp>
 
 #include "actors/hooks/worker_services.hpp"
@@ -81,26 +84,77 @@ bool made_by_earlier_life(context_pointer self, RRefId id) {
 
 // -- owners ---------------------------------------------------------------------------
 
+// Note [Light owners]
+// ~~~~~~~~~~~~~~~~~~~
+// A value's owner is a slot in this actor's OwnerDirectory. An OwnerRRef
+// actor is spawned for it only when a method call arrives (its mailbox is
+// the object's lock, Note [Remote objects]). Until then the slot keeps the
+// value's OwnerForks and this actor applies the fork events to it itself:
+// they start here anyway. So a value that is made, fetched and let go
+// (remote() then to_here()) costs no actor to spawn, link, message and end;
+// an actor's end also wakes CAF's clock thread to cancel its timeouts.
+//  L1. A count lives in one place: the slot's, until owner_actor() hands it
+//      to the new actor, which gets every event from then on, in the order
+//      this actor sends them.
+//  L2. A slot whose count says it may end (OwnerForks::may_end) ends at
+//      once (end_owner), once the handler is done with it: to_owner returns
+//      the holder, not the slot, and the peer_down sweep ends its slots
+//      after the loop.
+//  L3. A fetch never needs the actor: it reads the holder (answer_fetch),
+//      which says so if it holds an object.
+
+namespace {
+
+// L2: the value `id` has ended: remembered as ended (never made again) and
+// out of the index.
+void end_owner(context_pointer self, RRefId id) {
+  auto& st = self->state;
+  st.counters->owners.fetch_sub(1);
+  st.owners.ended(id, std::chrono::steady_clock::now());
+  st.rr->owner_index().removed(id);
+}
+
+// L1: `e` on the count the slot keeps; true if the value may end now.
+bool apply_here(context_pointer self, OwnerSlot& slot, const OwnerEvent& e) {
+  apply_owner_event(*self->state.rt, *slot.forks, *slot.holder, e);
+  return slot.forks->may_end();
+}
+
+}  // namespace
+
 OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_ptr<Holder> holder, bool remade) {
   auto& st = self->state;
   if (!make) return st.owners.find(id);
   return st.owners.find_or_make(id, [&] {
     holder = st.rr->owner_index().holder_for(id, std::move(holder));  // V1 of Note [Values on arrival]
-    auto me = caf::actor_cast<rref_context_actor>(self);
     auto stats = std::make_shared<OwnerStats>();
-    auto actor = spawn_owner_rref(*st.rt, id, holder, stats, [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
-    self->link_to(actor);  // owners end with the context (teardown)
-    st.rr->owner_index().added(id, holder, std::move(stats));
+    auto forks = std::make_shared<OwnerForks>(id.worker(), st.counters->forks, stats->forks);
+    st.counters->owners.fetch_add(1);
+    st.rr->owner_index().added(id, holder, stats);
     if (!remade && (st.forks->is_dead(id.worker()) || made_by_earlier_life(self, id)))
-      self->send(actor, OwnerEvent::peer_down(id, id.worker()));
-    return OwnerSlot{actor, holder};
+      apply_owner_event(*st.rt, *forks, *holder, OwnerEvent::peer_down(id, id.worker()));  // not created: stays
+    return OwnerSlot{holder, std::move(forks), std::move(stats), owner_rref_actor{}};
   });
 }
 
-OwnerSlot* to_owner(context_pointer self, const OwnerEvent& e) {
+std::shared_ptr<Holder> to_owner(context_pointer self, const OwnerEvent& e) {
   auto* slot = owner_slot(self, e.rref, e.may_make_owner);
-  if (slot) self->send(slot->actor, e);
-  return slot;
+  if (!slot) return nullptr;
+  auto holder = slot->holder;
+  if (slot->actor)
+    self->send(slot->actor, e);
+  else if (apply_here(self, *slot, e))
+    end_owner(self, e.rref);  // L2: `slot` is gone
+  return holder;
+}
+
+owner_rref_actor owner_actor(context_pointer self, RRefId id, OwnerSlot& slot) {
+  if (slot.actor) return slot.actor;
+  auto me = caf::actor_cast<rref_context_actor>(self);
+  slot.actor = spawn_owner_rref(*self->state.rt, id, slot.holder, slot.stats, std::move(slot.forks),
+                                [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
+  self->link_to(slot.actor);  // owners end with the context (teardown)
+  return slot.actor;
 }
 
 ErrorInfo gone_error(context_pointer self, RRefId id) {
@@ -135,7 +189,15 @@ void on_peer_down(context_pointer self, WorkerId rank) {
   auto& st = self->state;
   st.outbox->peer_down(rank);
   fork_lost_for(self, st.forks->peer_down(rank), rank);
-  st.owners.for_each([&](RRefId id, OwnerSlot& slot) { self->send(slot.actor, OwnerEvent::peer_down(id, rank)); });
+  std::vector<RRefId> ended;  // L2: after the sweep
+  st.owners.for_each([&](RRefId id, OwnerSlot& slot) {
+    auto e = OwnerEvent::peer_down(id, rank);
+    if (slot.actor)
+      self->send(slot.actor, e);
+    else if (apply_here(self, slot, e))
+      ended.push_back(id);
+  });
+  for (auto id : ended) end_owner(self, id);
 }
 
 void on_fork_registered(context_pointer self, const ForkRegistration& r) {
@@ -166,9 +228,9 @@ void release_all(context_pointer self) {
 }
 
 void on_owner_registered(context_pointer self, const OwnerRegistration& r) {
-  if (auto* slot = owner_slot(self, r.rref, true, r.holder)) {
-    self->send(slot->actor, OwnerEvent::local_ref(r.rref, +1, false));
-    self->send(slot->actor, OwnerEvent::created(r.rref, ForkId{}, -1));
+  if (owner_slot(self, r.rref, true, r.holder)) {
+    to_owner(self, OwnerEvent::local_ref(r.rref, +1, false));
+    to_owner(self, OwnerEvent::created(r.rref, ForkId{}, -1));  // the handle holds it: it stays
   }
 }
 
@@ -185,6 +247,7 @@ void on_creation_due(context_pointer self, RRefId id, int64_t limit_ms) {
                                         " within " + std::to_string(limit_ms) + " ms (the timeout of remote())"});
 }
 
+// An owner actor ended (it counted itself out of `owners`).
 void on_owner_gone(context_pointer self, RRefId id) {
   self->state.owners.ended(id, std::chrono::steady_clock::now());
   self->state.rr->owner_index().removed(id);

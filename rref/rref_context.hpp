@@ -22,8 +22,9 @@ namespace castor::detail {
 
 // Note [RRef protocol]
 // ~~~~~~~~~~~~~~~~~~~~
-// A value lives on its owner in an OwnerRRef actor; every other worker that
-// refers to it holds a fork (a UserRRef: rref id + fork id). There is no
+// A value lives on its owner (in the RRef context's slot for it, and in an
+// OwnerRRef actor once it has method calls: Note [Light owners]); every
+// other worker that refers to it holds a fork (a UserRRef: rref id + fork id). There is no
 // global master: the owner counts forks, and deletes the value when no fork
 // and no local handle is left.
 //

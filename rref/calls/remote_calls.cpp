@@ -13,8 +13,7 @@ namespace {
 // remote(): the new value's slot, made if a call on it came first. Its
 // owner counts the caller's fork with the creation (Note [RRef protocol]).
 std::shared_ptr<Holder> create_result_slot(context_pointer self, const CallRequest& req) {
-  auto* slot = to_owner(self, OwnerEvent::created(req.result_to.rref_id, req.result_to.fork_id, req.caller));
-  return slot ? slot->holder : nullptr;
+  return to_owner(self, OwnerEvent::created(req.result_to.rref_id, req.result_to.fork_id, req.caller));
 }
 
 // remote()'s timeout bounds the value's creation (see on_creation_due).
@@ -87,10 +86,13 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
     case CallKind::method:
     case CallKind::fetch: {
       // A call may overtake the remote() that creates its target: the slot
-      // is made now and the call waits in the owner's mailbox for the value.
+      // is made now and the call waits for the value (a fetch on the
+      // holder, a method call in the owner actor's mailbox).
       auto* slot = owner_slot(self, req.target, true);
       if (!slot) return reply(Outcome::failure(gone_error(self, req.target)));
-      self->send(slot->actor, OwnerCall{std::move(req), std::move(reply), result});
+      if (req.kind == CallKind::fetch)  // L3 of Note [Light owners]
+        return answer_fetch(slot->holder, req.target, rt->name(), st.counters, std::move(reply));
+      self->send(owner_actor(self, req.target, *slot), OwnerCall{std::move(req), std::move(reply), result});
       return;
     }
   }
