@@ -58,6 +58,7 @@ void maybe_end(owner_pointer self) {
   auto& st = self->state;
   if (!st.forks->may_end() || !st.calls.idle()) return;
   st.counters->owners.fetch_sub(1);
+  st.counters->owner_actors.fetch_sub(1);
   if (st.on_gone) st.on_gone();
   st.on_gone = nullptr;
   self->quit();
@@ -145,6 +146,7 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerService
   st.on_gone = std::move(on_gone);
   st.counters = rref_counters_ptr(*rt);
   st.forks = std::move(forks);
+  st.counters->owner_actors.fetch_add(1);
   return {
       [self](const OwnerEvent& e) {
         auto& st = self->state;

@@ -16,9 +16,10 @@ namespace castor::detail {
 class WorkerServices;
 
 struct RRefCounters {
-  std::atomic<int64_t> owners{0};           // OwnerRRef actors alive here (their start and end)
+  std::atomic<int64_t> owners{0};           // values owned here (the RRef context's slots: made, ended)
+  std::atomic<int64_t> owner_actors{0};     // of those, with an OwnerRRef actor (Note [Light owners])
   TableGauge forks;                         // forks counted by those owners (OwnerForks)
-  std::atomic<int64_t> pending_fetches{0};  // to_here requests waiting for a value (the owner actor)
+  std::atomic<int64_t> pending_fetches{0};  // to_here requests waiting for a value (answer_fetch)
   TableGauge pending_users;                 // our forks awaiting the owner's confirmation (ForkTable)
   TableGauge pending_children;              // forks we gave away, not yet confirmed, G2 (ForkTable)
   TableGauge outbox;                        // control messages awaiting an ack (Outbox)

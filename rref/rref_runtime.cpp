@@ -104,6 +104,7 @@ bool RRefRuntime::idle() const {
 
 std::map<std::string, int64_t> RRefRuntime::debug_info() const {
   return {{"num_owner_rrefs", counters_->owners.load()},
+          {"num_owner_actors", counters_->owner_actors.load()},
           {"num_forks", counters_->forks.load()},
           {"num_pending_futures", counters_->pending_fetches.load()},
           {"num_pending_users", counters_->pending_users.load()},

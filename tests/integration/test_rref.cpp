@@ -79,15 +79,18 @@ TEST_CASE("remote() starts on arrival and to_here is answered from the value's h
   };
   auto [started0, fetched0] = counts();
   auto a = at::ones({3});
+  std::vector<RRef<at::Tensor>> values;
   for (int i = 0; i < 20; ++i) {
-    auto r = world[0].remote<at::Tensor>("worker1", "my_add", a, a * i);
-    CHECK(at::equal(r.to_here(), at::full({3}, 1.0 + i)));
-    CHECK(eventually([&] { return r.confirmed_by_owner(); }));
-    CHECK(owners_on(world[1]) == 1);  // the value's owner, made beside the call
+    values.push_back(world[0].remote<at::Tensor>("worker1", "my_add", a, a * i));
+    CHECK(at::equal(values.back().to_here(), at::full({3}, 1.0 + i)));
   }
+  // Each acknowledged once its owner counted the fork (V2): all 20 are owned.
+  for (auto& r : values) CHECK(eventually([&] { return r.confirmed_by_owner(); }));
+  CHECK(owners_on(world[1]) == 20);
   auto [started, fetched] = counts();
   CHECK(started - started0 == 20);
   CHECK(fetched - fetched0 == 20);
+  values.clear();
   CHECK(eventually([&] { return owners_on(world[1]) == 0; }));  // each ended with its fork
   // User code that throws: every use of the RRef gets its error, naming the
   // owner and the function's own words; the owner still ends.
@@ -113,6 +116,38 @@ TEST_CASE("remote() starts on arrival and to_here is answered from the value's h
   CHECK(self.is_owner());
   CHECK(at::equal(self.to_here(Timeout{milliseconds(5000)}), at::full({3}, 2.0)));
   CHECK(at::equal(self.local_value(), at::full({3}, 2.0)));
+}
+
+// Note [Light owners]: a value's owner is the RRef context's slot; an
+// owner actor is spawned only for method calls, and takes the count over.
+TEST_CASE("a value's owner spawns no actor until a method call needs one (Note [Light owners])") {
+  LocalWorld world(3);
+  auto actors = [&] { return world[1].rref_debug_info().at("num_owner_actors"); };
+  auto a = at::ones({2});
+  std::vector<RRef<at::Tensor>> values;
+  for (int i = 0; i < 10; ++i) values.push_back(world[0].remote<at::Tensor>("worker1", "my_add", a, a));
+  for (auto& v : values) CHECK(at::equal(v.to_here(), at::full({2}, 2.0)));
+  // A fork shared on to a third worker is counted by the slot too.
+  CHECK(world[0].rpc_sync<bool>("worker2", "hold", std::string("light"), values[0]));
+  CHECK(eventually([&] { return world[1].rref_debug_info().at("num_forks") == 11; }));
+  CHECK(owners_on(world[1]) == 10);
+  CHECK(actors() == 0);
+  {
+    auto c = world[0].remote<Counter>("worker1", "Counter", 5);
+    REQUIRE(eventually([&] { return c.confirmed_by_owner(); }));
+    CHECK(actors() == 0);  // constructed; no call yet
+    CHECK(c.rpc_sync<int64_t>("add", 1) == 6);
+    CHECK(actors() == 1);  // spawned for the call; it keeps the count from now on
+    CHECK(c.rpc_sync<int64_t>("get") == 6);
+    CHECK(actors() == 1);
+    CHECK(owners_on(world[1]) == 11);
+  }
+  CHECK(eventually([&] { return owners_on(world[1]) == 10 && actors() == 0; }));  // the object ended with its fork
+  values.clear();
+  CHECK(eventually([&] { return owners_on(world[1]) == 1; }));  // worker2 still holds one
+  CHECK(at::equal(world[2].rpc_sync<at::Tensor>("worker2", "fetch_held", std::string("light")), at::full({2}, 2.0)));
+  CHECK(world[2].rpc_sync<bool>("worker2", "drop", std::string("light")));
+  CHECK(eventually([&] { return owners_on(world[1]) == 0 && world[1].rref_debug_info().at("num_forks") == 0; }));
 }
 
 TEST_CASE("make_rref and local_value: the stored object itself, on the owner only") {
