@@ -75,6 +75,10 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_pt
 /// or nothing if it has no owner (it ended).
 std::shared_ptr<Holder> to_owner(context_pointer self, const OwnerEvent& e);
 
+/// L2 of Note [Light owners]: ends the value `id` if its count allows it now
+/// (a slot just made for a creator already dead); `slot` is gone then.
+bool end_if_done(context_pointer self, RRefId id, OwnerSlot& slot);
+
 /// Note [Light owners]: the actor of the value in `slot` (`id`), spawned now
 /// if it has none (a method call needs one).
 owner_rref_actor owner_actor(context_pointer self, RRefId id, OwnerSlot& slot);

@@ -77,4 +77,10 @@ std::pair<std::shared_ptr<const RestartRecipe>, uint32_t> Holder::recipe() const
   return {recipe_, restarts_};
 }
 
+ErrorInfo no_value_error(RRefId id, const std::string& owner, const ErrorInfo& cause) {
+  return make_error(cause.kind, owner,
+                    "RRef " + to_string(id) + " owned by worker " + owner +
+                        " has no value: the call that was to create it failed: " + cause.message);
+}
+
 }  // namespace castor::detail

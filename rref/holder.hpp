@@ -57,4 +57,8 @@ class Holder {
   uint32_t restarts_ = 0;                        // under mtx_
 };
 
+/// A use of value `id`, owned by worker `owner`, whose creating call failed
+/// with `cause`: "RRef ... owned by worker ... has no value: ...".
+ErrorInfo no_value_error(RRefId id, const std::string& owner, const ErrorInfo& cause);
+
 }  // namespace castor::detail

@@ -2,7 +2,8 @@
 // that are not the RRef context actor: castor inspect lists them, and a
 // link's reader starts remote() and answers fetches from their holders
 // (Note [Values on arrival]). The context keeps the owners themselves
-// (OwnerDirectory); it adds and removes each one here too.
+// (OwnerDirectory) and adds and removes each one here too; a holder may be
+// here before its owner is made (holder_for: V1).
 #pragma once
 
 #include <memory>

@@ -64,13 +64,6 @@ void maybe_end(owner_pointer self) {
   self->quit();
 }
 
-ErrorInfo no_value_error(owner_pointer self, const ErrorInfo& cause) {
-  auto* rt = self->state.rt;
-  return make_error(cause.kind, rt->name(),
-                    "RRef " + to_string(self->state.id) + " owned by worker " + rt->name() +
-                        " has no value: the call that was to create it failed: " + cause.message);
-}
-
 // Hands a method call to the executor; false if it failed at once (then
 // the object was never taken).
 bool run_method(owner_pointer self, OwnerCall&& call) {
@@ -80,7 +73,7 @@ bool run_method(owner_pointer self, OwnerCall&& call) {
     call.done(Outcome::failure(make_error(k, rt->name(), msg)));
     return false;
   };
-  if (auto err = st.holder->error()) return fail(err->kind, no_value_error(self, *err).message);
+  if (auto err = st.holder->error()) return fail(err->kind, no_value_error(st.id, rt->name(), *err).message);
   if (!st.holder->holds_object())
     return fail(ErrorKind::Lookup, "worker " + rt->name() + ": RRef " + to_string(st.id) +
                                        " holds a value, not an object; it has no method '" + call.request.function +

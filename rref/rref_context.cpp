@@ -1,7 +1,8 @@
 // The RRef context actor (see Note [RRef protocol] in rref_context.hpp): the
 // protocol's I/O and scheduling. Each handler hands its event to the plain
 // class that keeps the rule (rref/protocol/) and sends what it returns:
-// control messages through the outbox, acks, events to owner actors.
+// control messages through the outbox, acks, events to the owners (applied
+// here, or sent to an owner actor: Note [Light owners]).
 #include "rref/rref_context.hpp"
 
 #include <chrono>
@@ -99,7 +100,10 @@ bool made_by_earlier_life(context_pointer self, RRefId id) {
 //  L2. A slot whose count says it may end (OwnerForks::may_end) ends at
 //      once (end_owner), once the handler is done with it: to_owner returns
 //      the holder, not the slot, and the peer_down sweep ends its slots
-//      after the loop.
+//      after the loop. A slot made for a value whose creator is already
+//      dead may end as it is made (its creation will never come): whoever
+//      made it ends it before anything else (end_if_done), so that no
+//      event counts a fork on a value that will never be created.
 //  L3. A fetch never needs the actor: it reads the holder (answer_fetch),
 //      which says so if it holds an object.
 
@@ -137,14 +141,24 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_pt
   });
 }
 
+bool end_if_done(context_pointer self, RRefId id, OwnerSlot& slot) {
+  if (slot.actor || !slot.forks->may_end()) return false;
+  end_owner(self, id);
+  return true;
+}
+
 std::shared_ptr<Holder> to_owner(context_pointer self, const OwnerEvent& e) {
   auto* slot = owner_slot(self, e.rref, e.may_make_owner);
   if (!slot) return nullptr;
   auto holder = slot->holder;
-  if (slot->actor)
+  if (slot->actor) {
     self->send(slot->actor, e);
-  else if (apply_here(self, *slot, e))
-    end_owner(self, e.rref);  // L2: `slot` is gone
+    return holder;
+  }
+  // L2: a slot made just now for a creator already dead ends before any
+  // event, which comes too late for it (as for the actor that ended first):
+  // a dead caller's fork is never counted.
+  if (!end_if_done(self, e.rref, *slot) && apply_here(self, *slot, e)) end_owner(self, e.rref);
   return holder;
 }
 

@@ -46,9 +46,7 @@ void answer_fetch(std::shared_ptr<Holder> holder, RRefId id, std::string owner_n
              done = std::move(done)]() {
     counters->pending_fetches.fetch_sub(1);
     if (auto err = holder->error()) {
-      done(Outcome::failure(make_error(err->kind, owner_name,
-                                       "RRef " + to_string(id) + " owned by worker " + owner_name +
-                                           " has no value: the call that was to create it failed: " + err->message)));
+      done(Outcome::failure(no_value_error(id, owner_name, *err)));
     } else if (holder->holds_object()) {
       done(Outcome::failure(make_error(ErrorKind::Type, owner_name,
                                        "to_here on RRef " + to_string(id) + " of class '" + holder->cls()->name +

@@ -44,9 +44,13 @@ struct RRefCounters;
 //      if set, else by the thread that sets it. A fetch of a value not in
 //      the index yet goes to the context, which makes the owner with the
 //      index's holder (V1) should the remote() have started meanwhile.
-//  V4. An index entry made by V2 for a value the context will not own (its
-//      creator is already known dead) is removed by the context, which
-//      fails the acknowledgement with the reason.
+//  V4. An index entry made by V2 for a value that has ended already (a late
+//      or repeated request) is removed by the context, which fails the
+//      acknowledgement with the reason; the function has run by then, its
+//      result goes nowhere. A value whose creator is already dead is owned
+//      and ends at once with its creator's error (L2 of Note [Light owners]).
+//      remote()'s creation bound starts when the context counts the fork,
+//      a little after the function started.
 // Delivery order between workers was never assumed (Note [RRef protocol]);
 // V1 is what keeps the holder one when the reader and the context race.
 

@@ -90,8 +90,15 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
       // holder, a method call in the owner actor's mailbox).
       auto* slot = owner_slot(self, req.target, true);
       if (!slot) return reply(Outcome::failure(gone_error(self, req.target)));
-      if (req.kind == CallKind::fetch)  // L3 of Note [Light owners]
-        return answer_fetch(slot->holder, req.target, rt->name(), st.counters, std::move(reply));
+      auto holder = slot->holder;
+      if (req.kind == CallKind::fetch) {  // L3 of Note [Light owners]
+        end_if_done(self, req.target, *slot);  // L2: made for a dead creator, the holder has its error
+        return answer_fetch(std::move(holder), req.target, rt->name(), st.counters, std::move(reply));
+      }
+      if (end_if_done(self, req.target, *slot)) {
+        auto err = holder->error();  // set by the creator's death (apply_owner_event)
+        return reply(Outcome::failure(err ? no_value_error(req.target, rt->name(), *err) : gone_error(self, req.target)));
+      }
       self->send(owner_actor(self, req.target, *slot), OwnerCall{std::move(req), std::move(reply), result});
       return;
     }

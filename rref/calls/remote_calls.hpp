@@ -1,9 +1,10 @@
 // Remote calls: running an incoming call that involves RRefs once it is
 // prepared (call_preparation.hpp). This is call execution, not the RRef
 // protocol: a function runs on the executor; remote() of a class constructs
-// the object into the new value's slot; a method or to_here goes to the
-// target's owner actor (Note [Remote objects]). It lives in rref/ because it
-// needs the owner actors and the class registry, which sit above actors/.
+// the object into the new value's slot; a method call goes to the target's
+// owner actor (Note [Remote objects]) and to_here reads its holder (Note
+// [Light owners]). It lives in rref/ because it needs the owners and the
+// class registry, which sit above actors/.
 #pragma once
 
 #include "rref/context_state.hpp"

@@ -69,7 +69,7 @@ class ForkTable {
 
   /// `state` (a handle here) is shared with worker `to` as `fork`. An owner
   /// counts the fork now, before anyone can use or delete it: the returned
-  /// event goes to its owner actor. A user keeps `state` until `to`'s
+  /// event goes to the value's owner (Note [Light owners]). A user keeps `state` until `to`'s
   /// child_accept arrives (G2). A fork for a worker known dead is neither
   /// counted nor kept: the call carrying it fails, and no peer_down would
   /// come again to release it.

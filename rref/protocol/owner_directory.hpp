@@ -1,7 +1,7 @@
 // OwnerDirectory: the values owned on one worker, by rref id, and the ones
 // that ended. Plain data, with the slot type left open: the RRef context
-// keeps its owner actors in one, the unit tests' simulated workers their
-// OwnerForks.
+// keeps its owner slots in one (Note [Light owners]), the unit tests'
+// simulated workers their OwnerForks.
 #pragma once
 
 #include <chrono>

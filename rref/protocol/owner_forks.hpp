@@ -1,8 +1,9 @@
 // OwnerForks: the owner's side of Note [RRef protocol] (in
 // rref/rref_context.hpp) for one value: which forks exist, which were
 // deleted, the local handles, whether the value was created, and so whether
-// it may end. Plain data: the value's OwnerRRef actor holds one and applies
-// the OwnerEvents the RRef context sends it; unit tests drive it directly.
+// it may end. Plain data: the RRef context's slot for the value holds one
+// and applies the OwnerEvents to it, or the value's OwnerRRef actor once it
+// has method calls (Note [Light owners]); unit tests drive it directly.
 #pragma once
 
 #include <cstdint>
@@ -76,7 +77,7 @@ class OwnerForks {
   Outcome peer_down(WorkerId rank);
 
   /// G1's end: the value may end once it was created and neither a fork nor
-  /// a local handle refers to it. (The owner actor also waits for its
+  /// a local handle refers to it. (An owner actor also waits for its
   /// running method calls, Note [Remote objects].)
   bool may_end() const { return created_ && forks_.empty() && local_refs_ <= 0; }
 

@@ -171,6 +171,8 @@ void kill_worker1_at(const std::string& point) {
   }
   if (point == "fork not yet confirmed")  // the owner's confirmations are late: worker1 dies first
     o2.faults.rules = {FaultRule{"child_accept", 0, 0, milliseconds(2000)}, FaultRule{"ack", 0, 0, milliseconds(2000)}};
+  if (point == "remote() waiting for its argument's fork, its creator killed")  // the owner confirms late
+    o0.faults.rules = {FaultRule{"ack", 0, 0, milliseconds(2000)}};
   if (point == "small calls queued behind a large one" || point == "gradients queued behind a large frame")
     o0.bulk_same_host = false;  // the bytes on the socket
   auto starting2 = std::async(std::launch::async, [o2] { return init_rpc(o2); });
@@ -310,6 +312,18 @@ void kill_worker1_at(const std::string& point) {
       CHECK(w2.rref_debug_info().at("values_started_on_arrival_total") == started + 1);
       REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_forks") == 1; }, milliseconds(10000)));
       CHECK(held_counts(w2).at("calls_incoming") == 1);
+    } else if (point == "remote() waiting for its argument's fork, its creator killed") {
+      // worker1 holds a user RRef of worker0's value and passes it to a
+      // remote() on worker2, which waits for worker0 to confirm its fork
+      // (the acks are late) before the call runs. worker1 dies meanwhile:
+      // the call runs after worker2 knows its creator dead, and the value's
+      // owner ends at once with that error (L2 of Note [Light owners]); no
+      // fork of the dead creator is counted, so nothing is left on worker2.
+      shared = w0.make_rref(at::ones({2}));
+      CHECK(w0.rpc_sync<bool>("worker1", "hold", std::string("arg"), shared));
+      CHECK(w0.rpc_sync<bool>("worker1", "remote_held_to", std::string("arg"), std::string("worker2")));
+      REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_pending_users") == 1; }, milliseconds(10000)));
+      CHECK(w2.rref_debug_info().at("num_owner_rrefs") == 0);  // the call waits: no owner yet
     } else if (point == "nested call") {
       // worker1 calls worker0 back twice; worker0 is serving both at the kill.
       int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));
@@ -379,7 +393,8 @@ TEST_CASE("a worker killed at each point of each protocol: every survivor's coun
   for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
                             "gradients queued behind a large frame", "a stream of small calls in batches",
-                            "remote() started on arrival, its creator killed", "nested call"}) {
+                            "remote() started on arrival, its creator killed",
+                            "remote() waiting for its argument's fork, its creator killed", "nested call"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }

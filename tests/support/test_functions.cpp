@@ -195,6 +195,15 @@ CASTOR_FUNCTION(hold_gated_remote, [](std::string key, std::string owner, std::s
   castor::test::held[current_worker().name() + "/" + key] = r;
   return true;
 });
+// remote() of identity on `to` with the RRef held here under `key` as its
+// argument, the result held under key + "/result" (test_deaths).
+CASTOR_FUNCTION(remote_held_to, [](std::string key, std::string to) {
+  std::lock_guard<std::mutex> lock(castor::test::held_mtx);
+  auto& held = castor::test::held;
+  auto name = current_worker().name() + "/" + key;
+  held[name + "/result"] = current_worker().remote<at::Tensor>(to, "identity", held.at(name));
+  return true;
+});
 // Sends a held RRef to `to`, which holds it under `key`.
 CASTOR_FUNCTION(share_held, [](std::string key, std::string to, std::string new_key) {
   RRef<at::Tensor> r;

@@ -263,8 +263,9 @@ Sim::SimOwner* Sim::owner_slot(Worker& w, RRefId id, bool make) {
   });
 }
 
-// to_owner, and the owner actor's OwnerEvent handler (applied at once: the
-// owner actor's mailbox holds the context's events in the order sent).
+// to_owner, with the event applied at once, as the context applies it to
+// its slot (Note [Light owners]) or an owner actor's mailbox takes the
+// context's events in the order sent.
 bool Sim::to_owner(Worker& w, const OwnerEvent& e) {
   auto* o = owner_slot(w, e.rref, e.may_make_owner);
   if (!o) return false;
