@@ -136,7 +136,7 @@ OwnerSlot* owner_slot(context_pointer self, RRefId id, bool make, std::shared_pt
     st.counters->owners.fetch_add(1);
     st.rr->owner_index().added(id, holder, stats);
     if (!remade && (st.forks->is_dead(id.worker()) || made_by_earlier_life(self, id)))
-      apply_owner_event(*st.rt, *forks, *holder, OwnerEvent::peer_down(id, id.worker()));  // not created: stays
+      apply_owner_event(*st.rt, *forks, *holder, OwnerEvent::peer_down(id, id.worker()));  // may end at once: L2
     return OwnerSlot{holder, std::move(forks), std::move(stats), owner_rref_actor{}};
   });
 }

@@ -97,7 +97,8 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
       }
       if (end_if_done(self, req.target, *slot)) {
         auto err = holder->error();  // set by the creator's death (apply_owner_event)
-        return reply(Outcome::failure(err ? no_value_error(req.target, rt->name(), *err) : gone_error(self, req.target)));
+        return reply(Outcome::failure(err ? no_value_error(req.target, rt->name(), *err)
+                                          : gone_error(self, req.target)));
       }
       self->send(owner_actor(self, req.target, *slot), OwnerCall{std::move(req), std::move(reply), result});
       return;

@@ -98,6 +98,7 @@ TEST_CASE("V3: a fetch answered from the holder waits for the value, then sends 
   REQUIRE(got);  // already set: answered at once
   CHECK_FALSE(got->ok);
   CHECK(got->error.worker == "worker1");
-  CHECK(got->error.message ==
-        "RRef " + to_string(id_of(5)) + " owned by worker worker1 has no value: the call that was to create it failed: my_fn: boom");
+  CHECK(got->error.message == "RRef " + to_string(id_of(5)) +
+                                  " owned by worker worker1 has no value: the call that was to create it failed: "
+                                  "my_fn: boom");
 }
