@@ -109,13 +109,18 @@ bool made_by_earlier_life(context_pointer self, RRefId id) {
 
 namespace {
 
-// L2: the value `id` has ended: remembered as ended (never made again) and
-// out of the index.
+// The value `id` has ended: remembered as ended (never made again) and out
+// of the index.
+void forget_owner(context_pointer self, RRefId id) {
+  self->state.owners.ended(id, std::chrono::steady_clock::now());
+  self->state.rr->owner_index().removed(id);
+}
+
+// L2: a value whose count the slot kept ends (an owner actor counts itself
+// out and sends owner_gone instead).
 void end_owner(context_pointer self, RRefId id) {
-  auto& st = self->state;
-  st.counters->owners.fetch_sub(1);
-  st.owners.ended(id, std::chrono::steady_clock::now());
-  st.rr->owner_index().removed(id);
+  self->state.counters->owners.fetch_sub(1);
+  forget_owner(self, id);
 }
 
 // L1: `e` on the count the slot keeps; true if the value may end now.
@@ -262,10 +267,7 @@ void on_creation_due(context_pointer self, RRefId id, int64_t limit_ms) {
 }
 
 // An owner actor ended (it counted itself out of `owners`).
-void on_owner_gone(context_pointer self, RRefId id) {
-  self->state.owners.ended(id, std::chrono::steady_clock::now());
-  self->state.rr->owner_index().removed(id);
-}
+void on_owner_gone(context_pointer self, RRefId id) { forget_owner(self, id); }
 
 using context_behavior_type = rref_context_actor::behavior_type;
 
