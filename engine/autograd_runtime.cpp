@@ -2,11 +2,11 @@
 // backward messages to contexts, the container of contexts.
 #include "engine/autograd_runtime.hpp"
 
-#include <caf/io/middleman.hpp>
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
 #include <torch/csrc/autograd/variable.h>
 
+#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "actors/calls/thread_context.hpp"
 #include "engine/gradient_store.hpp"
@@ -161,9 +161,12 @@ void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Val
   if (node) box->recvs.push_back(std::move(node));
 }
 
+// The context actor runs on the thread that delivers its message (a link's
+// reader, for a gradient on the direct lane): Note [Actors run where their
+// messages arrive].
 void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
   if (auto actor = context(grad.context, false)) {
-    caf::anon_send(actor, IncomingGrad{std::move(grad), from, nullptr});
+    deliver_here(rt_.system(), actor, IncomingGrad{std::move(grad), from, nullptr});
     return;
   }
   answer_gradient(rt_, grad, from,
@@ -173,11 +176,11 @@ void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
 }
 
 void AutogradRuntime::handle_done(BackwardDone&& done) {
-  if (auto actor = context(done.context, false)) caf::anon_send(actor, std::move(done));
+  if (auto actor = context(done.context, false)) deliver_here(rt_.system(), actor, std::move(done));
 }
 
 void AutogradRuntime::handle_control(ContextControl&& msg) {
-  if (auto actor = context(msg.context, false)) caf::anon_send(actor, std::move(msg));
+  if (auto actor = context(msg.context, false)) deliver_here(rt_.system(), actor, std::move(msg));
 }
 
 void AutogradRuntime::on_peer_down(WorkerId rank) {
@@ -195,7 +198,7 @@ void AutogradRuntime::on_peer_down(WorkerId rank) {
     std::lock_guard<std::mutex> lock(mtx_);
     for (auto& [id, a] : contexts_) all.push_back(a);
   }
-  for (auto& a : all) caf::anon_send(a, peer_down_atom::value, rank);
+  for (auto& a : all) deliver_here(rt_.system(), a, peer_down_atom::value, rank);
 }
 
 std::optional<std::chrono::steady_clock::time_point> AutogradRuntime::sweep(std::chrono::steady_clock::time_point now) {

@@ -3,6 +3,7 @@
 
 #include <caf/send.hpp>
 
+#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
@@ -46,8 +47,10 @@ Context::~Context() {
   auto& ar = detail::autograd_runtime(rt);
   ContextId id{uint64_t(id_)};
   if (ar.current_context() == id) ar.set_current_context(ContextId{});
+  // This thread runs the cleanup (Note [Actors run where their messages
+  // arrive]).
   if (auto actor = ar.context(id, false))
-    caf::anon_send(actor, ContextControl{id, ContextControl::cleanup, rt.rank(), {}});
+    detail::deliver_here(rt.system(), actor, ContextControl{id, ContextControl::cleanup, rt.rank(), {}});
 }
 
 void Context::backward(const std::vector<at::Tensor>& roots, bool retain_graph, Timeout timeout) {
@@ -70,7 +73,9 @@ void backward(Worker& w, int64_t context_id, const std::vector<at::Tensor>& root
     else
       done.try_set_value();
   };
-  caf::anon_send(actor, std::move(sb));
+  // This thread starts the pass, and runs what it can of our part before it
+  // waits (Note [Actors run where their messages arrive]).
+  detail::deliver_here(detail::services(w).system(), actor, std::move(sb));
   done.future().wait();
 }
 

@@ -8,12 +8,11 @@
 #include <unordered_map>
 
 #include <ATen/ATen.h>
-#include <caf/io/middleman.hpp>
+#include <c10/core/InferenceMode.h>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <torch/csrc/autograd/variable.h>
 
-#include "actors/hooks/protocol_actor.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
@@ -59,7 +58,7 @@ struct context_state {
   bool graph_released = false;  // a pass without retain_graph ran
 };
 
-using context_pointer = protocol_pointer<context_state, context_actor>;
+using context_pointer = context_actor::stateful_pointer<context_state>;
 
 // F1 of Note [Forward inbox]: what the forward pass registered since.
 void take_forward(context_pointer self) {
@@ -107,6 +106,9 @@ std::optional<std::string> refuse_pass(context_pointer self) {
 void start_root(context_pointer self, StartBackward&& sb) {
   auto& st = self->state;
   if (auto why = refuse_pass(self)) return sb.done(context_error(self, *why));
+  // backward()'s caller runs this (Note [Actors run where their messages
+  // arrive]): its guards must not shape the roots' gradients.
+  c10::InferenceMode default_autograd_state(false);
   std::vector<torch::autograd::Edge> edges;
   std::vector<at::Tensor> grads;
   for (size_t i = 0; i < sb.roots.size(); ++i) {
@@ -129,7 +131,7 @@ void start_root(context_pointer self, StartBackward&& sb) {
   start.on_end = std::move(sb.done);
   start.grads = st.grads;
   start.pass = st.task_pass = st.ar->next_pass_id();
-  st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
+  st.task = spawn_graph_task(self, *st.ar, caf::actor_cast<context_actor>(self), std::move(start));
   self->link_to(st.task);
 }
 
@@ -162,7 +164,7 @@ void on_incoming_grad(context_pointer self, IncomingGrad&& ig) {
   start.pass = st.task_pass = ig.grad.pass;
   start.first = std::move(ig);
   start.grads = st.grads;
-  st.task = spawn_graph_task(*st.ar, caf::actor_cast<context_actor>(self), std::move(start));
+  st.task = spawn_graph_task(self, *st.ar, caf::actor_cast<context_actor>(self), std::move(start));
   self->link_to(st.task);
 }
 
@@ -267,8 +269,9 @@ void answer_gradient(WorkerServices& rt, const BackwardGrad& grad, WorkerId from
 
 context_actor spawn_context_actor(AutogradRuntime& ar, ContextId id, std::shared_ptr<GradientStore> grads,
                                   std::shared_ptr<ForwardInbox> inbox) {
-  return spawn_protocol_actor(ar.services().system(), context_behavior, &ar, id, std::move(grads),
-                              std::move(inbox));  // Note [Where actors run]
+  // Lazily: its first message's thread runs it (Note [Actors run where
+  // their messages arrive]).
+  return ar.services().system().spawn<caf::lazy_init>(context_behavior, &ar, id, std::move(grads), std::move(inbox));
 }
 
 }  // namespace castor::detail

@@ -9,8 +9,7 @@ uint64_t DeadlineBoard::watch(Clock::time_point due, caf::strong_actor_ptr task,
   if (closed_) return 0;
   auto id = next_id_++;
   by_id_.emplace(id, due_.emplace(due, std::make_pair(id, std::move(task))));
-  sooner = !sweep_at_ || due < *sweep_at_;
-  if (sooner) sweep_at_ = due;
+  sooner = plan_.add(due);  // Note [Sweep plan]
   return id;
 }
 
@@ -31,9 +30,7 @@ std::vector<caf::strong_actor_ptr> DeadlineBoard::take_due(Clock::time_point now
     out.push_back(std::move(due_.begin()->second.second));
     due_.erase(due_.begin());
   }
-  sweep_at_.reset();
-  if (!due_.empty()) sweep_at_ = due_.begin()->first;
-  next = sweep_at_;
+  next = plan_.swept(now, due_.empty() ? std::nullopt : std::optional(due_.begin()->first));
   return out;
 }
 

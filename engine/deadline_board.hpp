@@ -14,6 +14,8 @@
 
 #include <caf/actor_control_block.hpp>
 
+#include "actors/calls/sweep_plan.hpp"
+
 namespace castor::detail {
 
 class DeadlineBoard {
@@ -28,8 +30,8 @@ class DeadlineBoard {
   /// Drops an entry; a no-op when the sweep already took it.
   void unwatch(uint64_t id);
 
-  /// Removes and returns the tasks now due; `next` receives the earliest
-  /// deadline left, which becomes the planned sweep.
+  /// Removes and returns the tasks now due; `next` receives the time of the
+  /// next sweep (Note [Sweep plan]).
   std::vector<caf::strong_actor_ptr> take_due(Clock::time_point now, std::optional<Clock::time_point>& next);
 
   /// Drops every entry and refuses new ones: the worker stops, and no
@@ -42,7 +44,7 @@ class DeadlineBoard {
   Index due_;
   std::unordered_map<uint64_t, Index::iterator> by_id_;
   uint64_t next_id_ = 1;
-  std::optional<Clock::time_point> sweep_at_;
+  SweepPlan plan_;
   bool closed_ = false;
 };
 

@@ -6,11 +6,12 @@
 
 #include <deque>
 
-#include <caf/io/middleman.hpp>
+#include <c10/core/InferenceMode.h>
+
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/hooks/protocol_actor.hpp"
+#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 
@@ -100,7 +101,7 @@ struct task_state {
   Clock::time_point watch_due;
 };
 
-using task_pointer = protocol_pointer<task_state, graph_task_actor>;
+using task_pointer = graph_task_actor::stateful_pointer<task_state>;
 
 std::vector<at::Tensor> tensors_of(std::vector<Value>&& values) {
   std::vector<at::Tensor> out;
@@ -159,6 +160,10 @@ void drain_here(task_pointer self) {
   DrainDone d;
   {
     ContextScope scope(st.ar, st.start.context);
+    // Whichever thread runs us (the caller's own, in backward(): Note
+    // [Actors run where their messages arrive]), the nodes see libtorch's
+    // default autograd state, not a guard the caller holds.
+    c10::InferenceMode default_autograd_state(false);
     try {
       st.core->run(d.outgoing, /*light_only=*/true);
     } catch (const std::exception& e) {
@@ -184,7 +189,8 @@ void drain(task_pointer self) {
   auto me = caf::actor_cast<graph_task_actor>(self);
   auto* ar = st.ar;
   auto ctx = st.start.context;
-  bool posted = st.rt->post([core, me, ar, ctx]() mutable {
+  auto* sys = &self->system();
+  bool posted = st.rt->post([core, me, ar, ctx, sys]() mutable {
     DrainDone d;
     {
       ContextScope scope(ar, ctx);  // hooks and functions run in the pass's context
@@ -196,7 +202,7 @@ void drain(task_pointer self) {
     }
     d.captured = core->take_captured();
     d.core = std::move(core);
-    caf::anon_send(me, std::move(d));
+    deliver_here(*sys, me, std::move(d));  // the executor's thread runs the task on
   });
   if (!posted) {
     st.core = std::move(core);
@@ -398,8 +404,11 @@ graph_task_actor::behavior_type task_behavior(task_pointer self, AutogradRuntime
 
 }  // namespace
 
-graph_task_actor spawn_graph_task(AutogradRuntime& ar, context_actor context, TaskStart start) {
-  return spawn_protocol_actor(ar.services().system(), task_behavior, &ar, std::move(context), std::move(start));  // Note [Where actors run]
+graph_task_actor spawn_graph_task(caf::local_actor* parent, AutogradRuntime& ar, context_actor context,
+                                  TaskStart start) {
+  // On the parent's thread, after its handler (D2 of Note [Actors run where
+  // their messages arrive]).
+  return parent->spawn(task_behavior, &ar, std::move(context), std::move(start));
 }
 
 }  // namespace castor::detail

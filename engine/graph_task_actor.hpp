@@ -8,7 +8,7 @@
 #include <memory>
 
 #include <caf/allowed_unsafe_message_type.hpp>
-#include <caf/io/typed_broker.hpp>
+#include <caf/local_actor.hpp>
 #include <caf/typed_actor.hpp>
 
 #include "engine/context_actor.hpp"
@@ -54,7 +54,9 @@ using graph_task_actor = caf::typed_actor<
     caf::reacts_to<peer_down_atom, WorkerId>,
     caf::reacts_to<sweep_atom>>;                                     // watchdog
 
-/// Spawns the task; it reports its end to `context` (TaskEnded).
-graph_task_actor spawn_graph_task(AutogradRuntime& ar, context_actor context, TaskStart start);
+/// Spawns the task from `parent` (its context actor), on the thread that
+/// runs the parent; it reports its end to `context` (TaskEnded).
+graph_task_actor spawn_graph_task(caf::local_actor* parent, AutogradRuntime& ar, context_actor context,
+                                  TaskStart start);
 
 }  // namespace castor::detail

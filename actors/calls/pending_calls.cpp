@@ -8,9 +8,7 @@ bool PendingCalls::add(CallId id, PendingCall call) {
   std::lock_guard<std::mutex> lock(mtx_);
   auto dl = deadlines_.emplace(deadline, id);
   calls_.emplace(id, Entry{std::move(call), dl});
-  if (sweep_at_ && *sweep_at_ <= deadline) return false;
-  sweep_at_ = deadline;
-  return true;
+  return plan_.add(deadline);  // Note [Sweep plan]
 }
 
 std::optional<PendingCall> PendingCalls::take(CallId id) {
@@ -32,9 +30,7 @@ std::vector<PendingCall> PendingCalls::take_expired(Clock::time_point now, std::
     out.push_back(std::move(it->second.call));
     calls_.erase(it);
   }
-  sweep_at_.reset();
-  if (!deadlines_.empty()) sweep_at_ = deadlines_.begin()->first;
-  next = sweep_at_;
+  next = plan_.swept(now, deadlines_.empty() ? std::nullopt : std::optional(deadlines_.begin()->first));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "actors/api/registry.hpp"
+#include "actors/calls/sweep_plan.hpp"
 #include "messages/ids.hpp"
 
 namespace castor::detail {
@@ -37,8 +38,8 @@ class PendingCalls {
   /// Removes and returns the call (reply arrived), if still pending.
   std::optional<PendingCall> take(CallId id);
 
-  /// Removes the calls whose deadline passed; `next` receives the earliest
-  /// remaining deadline, which becomes the scheduled sweep.
+  /// Removes the calls whose deadline passed; `next` receives the time of
+  /// the next sweep (Note [Sweep plan]).
   std::vector<PendingCall> take_expired(Clock::time_point now, std::optional<Clock::time_point>& next);
 
   /// Removes every call matching `which` (a dead peer, shutdown).
@@ -59,7 +60,7 @@ class PendingCalls {
   mutable std::mutex mtx_;
   std::unordered_map<CallId, Entry> calls_;
   std::multimap<Clock::time_point, CallId> deadlines_;
-  std::optional<Clock::time_point> sweep_at_;  // the sweep the actor has scheduled
+  SweepPlan plan_;  // the sweep the actor has scheduled
 };
 
 }  // namespace castor::detail

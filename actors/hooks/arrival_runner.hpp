@@ -1,0 +1,61 @@
+// Actors that run on the thread their message arrives on: Note [Actors run
+// where their messages arrive] below.
+#pragma once
+
+#include <utility>
+
+#include <caf/abstract_actor.hpp>
+#include <caf/actor_cast.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/message_id.hpp>
+
+namespace castor::detail {
+
+// Note [Actors run where their messages arrive]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// The autograd context and graph task actors are ordinary event-based CAF
+// actors, not brokers (Note [Where actors run]). A message for one of them
+// that comes from a thread of castor's own -- a link's reader with a
+// gradient, the caller in backward(), an executor thread with a drained
+// graph -- is handed over by `deliver_here`. When that message wakes the
+// actor (its mailbox was empty and no thread had it), the delivering thread
+// runs the actor at once, as a CAF execution unit of its own (an
+// ArrivalRunner on its stack), and so every actor that handler wakes in
+// turn: a graph task it spawns, the gradient it passes on, its TaskEnded.
+// A gradient that reaches a worker is thus run by the thread that read it,
+// where a broker cost a wake of the multiplexer's thread through its pipe
+// (P2) and a scheduled actor a wake of a scheduler thread, which costs more.
+//  D1 An actor still runs on one thread at a time and takes its messages in
+//     order: CAF hands a woken actor to exactly one execution unit, the one
+//     named by the enqueue that unblocked its mailbox, as it does for its
+//     own threads. A message for an actor that some thread is running only
+//     joins its mailbox.
+//  D2 A runner runs its jobs one after another, never one inside another:
+//     an actor woken from a handler waits in the runner's queue until the
+//     running actor has returned. A delivery on a thread that is already
+//     running a runner (from a handler) joins that runner's queue.
+//  D3 What runs this way never blocks and never runs user code (P1 of Note
+//     [Where actors run]): nodes that are not light go to the executor.
+//  D4 CAF's own threads (the multiplexer, the scheduler's, the clock) are
+//     execution units already; a delivery from one of them (a gradient that
+//     came through BASP, a peer's death, the watchdog's sweep) is
+//     scheduled as CAF schedules any event-based actor.
+//  D5 A spawn on a thread of castor's own leaves CAF's logger referenced
+//     in that thread's locals, and the actor system's end waits for every
+//     such reference: the outermost delivery drops it when its queue is
+//     empty.
+
+/// Delivers `msg` to `dest` (D1-D5): the delivering thread runs `dest` now
+/// if the message wakes it, unless it is one of CAF's threads.
+void deliver_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbox_element_ptr msg);
+
+/// The same, for a message made of `xs` (anonymous, like caf::anon_send).
+template <class Handle, class... Ts>
+void deliver_here(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
+  if (!dest) return;
+  deliver_here(sys, caf::actor_cast<caf::abstract_actor*>(dest),
+               caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::forward<Ts>(xs)...));
+}
+
+}  // namespace castor::detail
