@@ -2,11 +2,12 @@
 // backward messages to contexts, the container of contexts.
 #include "engine/autograd_runtime.hpp"
 
+#include <thread>
+
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
 #include <torch/csrc/autograd/variable.h>
 
-#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "actors/calls/thread_context.hpp"
 #include "engine/gradient_store.hpp"
@@ -166,7 +167,7 @@ void AutogradRuntime::on_receive(const AutogradMeta& meta, const std::vector<Val
 // messages arrive].
 void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
   if (auto actor = context(grad.context, false)) {
-    deliver_here(rt_.system(), actor, IncomingGrad{std::move(grad), from, nullptr});
+    deliver(actor, IncomingGrad{std::move(grad), from, nullptr});
     return;
   }
   answer_gradient(rt_, grad, from,
@@ -176,11 +177,11 @@ void AutogradRuntime::handle_grad(BackwardGrad&& grad, WorkerId from) {
 }
 
 void AutogradRuntime::handle_done(BackwardDone&& done) {
-  if (auto actor = context(done.context, false)) deliver_here(rt_.system(), actor, std::move(done));
+  if (auto actor = context(done.context, false)) deliver(actor, std::move(done));
 }
 
 void AutogradRuntime::handle_control(ContextControl&& msg) {
-  if (auto actor = context(msg.context, false)) deliver_here(rt_.system(), actor, std::move(msg));
+  if (auto actor = context(msg.context, false)) deliver(actor, std::move(msg));
 }
 
 void AutogradRuntime::on_peer_down(WorkerId rank) {
@@ -198,7 +199,7 @@ void AutogradRuntime::on_peer_down(WorkerId rank) {
     std::lock_guard<std::mutex> lock(mtx_);
     for (auto& [id, a] : contexts_) all.push_back(a);
   }
-  for (auto& a : all) deliver_here(rt_.system(), a, peer_down_atom::value, rank);
+  for (auto& a : all) deliver(a, peer_down_atom::value, rank);
 }
 
 std::optional<std::chrono::steady_clock::time_point> AutogradRuntime::sweep(std::chrono::steady_clock::time_point now) {
@@ -214,6 +215,8 @@ uint64_t AutogradRuntime::next_pass_id() {
   return (uint64_t(uint32_t(rt_.rank())) << 40) | (uint64_t(rt_.options().incarnation - 1) << 32) |
          (passes_.fetch_add(1) + 1);
 }
+
+caf::actor_system& AutogradRuntime::system() { return rt_.system(); }
 
 void AutogradRuntime::request_sweep() {
   rt_.request_sweep();
@@ -256,6 +259,13 @@ void AutogradRuntime::stop() {
   }
   for (auto& [id, a] : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   deadlines_.close();
+  // D8 of Note [Actors run where their messages arrive]: from now on our
+  // actors run on CAF's threads, which the actor system joins; wait (a
+  // bounded while) for those that castor's threads are running now.
+  stopping_.store(true);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (delivering_.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 }  // namespace castor::detail

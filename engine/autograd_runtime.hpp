@@ -10,6 +10,9 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include <caf/send.hpp>
+
+#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/api/worker_options.hpp"
 #include "engine/context_actor.hpp"
@@ -68,6 +71,23 @@ class AutogradRuntime : public AutogradHooks {
   uint64_t next_pass_id();
   /// Asks the worker actor for a sweep now (a deadline came sooner).
   void request_sweep();
+  /// Delivers a message to one of our actors from this thread (Note [Actors
+  /// run where their messages arrive]); after stop(), through CAF's
+  /// scheduler (D8).
+  template <class Handle, class... Ts>
+  void deliver(const Handle& dest, Ts&&... xs) {
+    delivering_.fetch_add(1);
+    if (stopping_.load()) {
+      delivering_.fetch_sub(1);
+      caf::anon_send(dest, std::forward<Ts>(xs)...);
+      return;
+    }
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { n.fetch_sub(1); }
+    } done{delivering_};
+    deliver_here(system(), dest, std::forward<Ts>(xs)...);
+  }
   IdGenerator<AutogradMessageId> message_ids;
 
  private:
@@ -91,6 +111,10 @@ class AutogradRuntime : public AutogradHooks {
   std::unordered_set<ContextId> released_;
   std::deque<ContextId> released_order_;
   bool stopped_ = false;
+  caf::actor_system& system();
+  // D8: deliveries running on castor's threads, and stop() begun.
+  std::atomic<int> delivering_{0};
+  std::atomic<bool> stopping_{false};
 };
 
 AutogradRuntime& autograd_runtime(WorkerServices& rt);

@@ -3,7 +3,6 @@
 
 #include <caf/send.hpp>
 
-#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
@@ -50,7 +49,7 @@ Context::~Context() {
   // This thread runs the cleanup (Note [Actors run where their messages
   // arrive]).
   if (auto actor = ar.context(id, false))
-    detail::deliver_here(rt.system(), actor, ContextControl{id, ContextControl::cleanup, rt.rank(), {}});
+    ar.deliver(actor, ContextControl{id, ContextControl::cleanup, rt.rank(), {}});
 }
 
 void Context::backward(const std::vector<at::Tensor>& roots, bool retain_graph, Timeout timeout) {
@@ -75,7 +74,7 @@ void backward(Worker& w, int64_t context_id, const std::vector<at::Tensor>& root
   };
   // This thread starts the pass, and runs what it can of our part before it
   // waits (Note [Actors run where their messages arrive]).
-  detail::deliver_here(detail::services(w).system(), actor, std::move(sb));
+  runtime_of(w).deliver(actor, std::move(sb));
   done.future().wait();
 }
 

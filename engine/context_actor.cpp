@@ -8,7 +8,6 @@
 #include <unordered_map>
 
 #include <ATen/ATen.h>
-#include <c10/core/InferenceMode.h>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <torch/csrc/autograd/variable.h>
@@ -106,9 +105,6 @@ std::optional<std::string> refuse_pass(context_pointer self) {
 void start_root(context_pointer self, StartBackward&& sb) {
   auto& st = self->state;
   if (auto why = refuse_pass(self)) return sb.done(context_error(self, *why));
-  // backward()'s caller runs this (Note [Actors run where their messages
-  // arrive]): its guards must not shape the roots' gradients.
-  c10::InferenceMode default_autograd_state(false);
   std::vector<torch::autograd::Edge> edges;
   std::vector<at::Tensor> grads;
   for (size_t i = 0; i < sb.roots.size(); ++i) {

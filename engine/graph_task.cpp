@@ -90,7 +90,9 @@ std::vector<AutogradMessageId> GraphTaskCore::waiting_sends() const {
 // thread and back to the graph task actor); a 1-hop pass has three drains,
 // and on two cores each hand-off costs tens of microseconds, more than the
 // nodes themselves. So the graph task actor runs light nodes itself, on the
-// I/O thread, and hands only the rest to the executor. A node is light when
+// thread that runs the actor (a link's reader, backward()'s caller: Note
+// [Actors run where their messages arrive]), and hands only the rest to the
+// executor. A node is light when
 //  L1 it is castor's RecvRpcBackward (it only moves gradients), or an
 //     AccumulateGrad whose leaf has no hooks (captured into the context, no
 //     arithmetic), or castor's SendRpcBackward on CPU gradients of at most
@@ -101,11 +103,11 @@ std::vector<AutogradMessageId> GraphTaskCore::waiting_sends() const {
 //     at most kLightElements gradient elements coming in (and going to
 //     leaves, whose sizes are known), so that it takes microseconds; and
 //  L3 no user hook is registered on it (hooks are user code, of any cost).
-// User code therefore never runs on the I/O thread. libtorch 1.13 hides the
+// User code therefore never runs on the actor's thread. libtorch 1.13 hides the
 // shapes a node's outputs will have, so L2 cannot see a small gradient that
 // makes a big one (an index into a large tensor, a product over a long inner
 // dimension); such a node, once it ran longer than kLightBudget, makes its
-// type heavy for the rest of the process (L4), so the I/O thread pays for it
+// type heavy for the rest of the process (L4), so the actor's thread pays for it
 // at most once per type.
 namespace {
 constexpr int64_t kLightElements = 4096;

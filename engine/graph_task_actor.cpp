@@ -6,12 +6,9 @@
 
 #include <deque>
 
-#include <c10/core/InferenceMode.h>
-
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 
@@ -160,10 +157,6 @@ void drain_here(task_pointer self) {
   DrainDone d;
   {
     ContextScope scope(st.ar, st.start.context);
-    // Whichever thread runs us (the caller's own, in backward(): Note
-    // [Actors run where their messages arrive]), the nodes see libtorch's
-    // default autograd state, not a guard the caller holds.
-    c10::InferenceMode default_autograd_state(false);
     try {
       st.core->run(d.outgoing, /*light_only=*/true);
     } catch (const std::exception& e) {
@@ -189,8 +182,7 @@ void drain(task_pointer self) {
   auto me = caf::actor_cast<graph_task_actor>(self);
   auto* ar = st.ar;
   auto ctx = st.start.context;
-  auto* sys = &self->system();
-  bool posted = st.rt->post([core, me, ar, ctx, sys]() mutable {
+  bool posted = st.rt->post([core, me, ar, ctx]() mutable {
     DrainDone d;
     {
       ContextScope scope(ar, ctx);  // hooks and functions run in the pass's context
@@ -202,7 +194,7 @@ void drain(task_pointer self) {
     }
     d.captured = core->take_captured();
     d.core = std::move(core);
-    deliver_here(*sys, me, std::move(d));  // the executor's thread runs the task on
+    ar->deliver(me, std::move(d));  // the executor's thread runs the task on
   });
   if (!posted) {
     st.core = std::move(core);

@@ -4,6 +4,8 @@
 
 #include <deque>
 
+#include <c10/core/InferenceMode.h>
+
 #include <caf/execution_unit.hpp>
 #include <caf/logger.hpp>
 #include <caf/resumable.hpp>
@@ -62,6 +64,7 @@ void deliver_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbo
       caf::logger::set_current_actor_system(nullptr);  // D5
     }
   } reset;
+  c10::InferenceMode default_autograd_state(false);  // D7
   dest->enqueue(std::move(msg), &runner);
   runner.run_all();
 }

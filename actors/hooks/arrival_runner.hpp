@@ -39,12 +39,25 @@ namespace castor::detail {
 //     [Where actors run]): nodes that are not light go to the executor.
 //  D4 CAF's own threads (the multiplexer, the scheduler's, the clock) are
 //     execution units already; a delivery from one of them (a gradient that
-//     came through BASP, a peer's death, the watchdog's sweep) is
-//     scheduled as CAF schedules any event-based actor.
+//     came through BASP before the lane opened, a peer's death, the
+//     watchdog's sweep) is scheduled as CAF schedules any event-based actor:
+//     a scheduler thread's wake, dearer than the multiplexer's pipe was for a
+//     broker, paid only off the lane.
 //  D5 A spawn on a thread of castor's own leaves CAF's logger referenced
 //     in that thread's locals, and the actor system's end waits for every
 //     such reference: the outermost delivery drops it when its queue is
 //     empty.
+//  D6 CAF leaves an actor's execution unit set after it ran, and the runner
+//     lives on its thread's stack: such an actor never sends (nor answers a
+//     request: its interface is reacts_to only) except from its own
+//     handlers, where CAF sets the unit anew.
+//  D7 Whichever thread runs them, the handlers see libtorch's default
+//     autograd state (a caller's NoGradGuard or InferenceMode stays its
+//     own): the outermost delivery sets it around its queue.
+//  D8 A worker that stops (AutogradRuntime::stop) waits for the deliveries
+//     running on its threads, and later ones go to CAF's scheduler: an
+//     actor that ends must end before its actor system does, and CAF joins
+//     only its own threads.
 
 /// Delivers `msg` to `dest` (D1-D5): the delivering thread runs `dest` now
 /// if the message wakes it, unless it is one of CAF's threads.

@@ -63,16 +63,6 @@ uint64_t handled_lane_kinds(Worker& w) {
   return n;
 }
 
-// Opens both workers' links: a small message does not wait for one, so
-// calls go through CAF until each link's writer has opened it.
-bool open_lanes(LocalWorld& world) {
-  auto x = at::rand({4});
-  return eventually([&] {
-    return at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x) &&
-           at::equal(world[1].rpc_sync<at::Tensor>("worker0", "identity", x), x) && lane_sent(world[0]) >= 1 &&
-           lane_sent(world[1]) >= 1;
-  });
-}
 
 // The options of a two-worker world in a TLS cluster (B6) when `tls`, its
 // certificates made under `tag`; none (plain) otherwise.

@@ -73,6 +73,10 @@ TEST_CASE("remote returns at once and to_here fetches the value from the owner")
 // counts the fork (the acknowledgement waits for it: V2) and ends with it.
 TEST_CASE("remote() starts on arrival and to_here is answered from the value's holder (Note [Values on arrival])") {
   LocalWorld world(2);
+  // Until the lanes are open, a remote() that went through CAF can be
+  // overtaken by its to_here on a lane just opened: the fetch then waits in
+  // the RRef context (which is fine) and is not counted below.
+  REQUIRE(castor::test::open_lanes(world));
   auto counts = [&] {
     auto info = world[1].rref_debug_info();
     return std::make_pair(info.at("values_started_on_arrival_total"), info.at("fetches_answered_on_arrival_total"));

@@ -1,6 +1,7 @@
 // Test support implementation: free ports, local worlds, child workers.
 #include "support/cluster.hpp"
 
+#include "actors/runtime/testing.hpp"
 #include "actors/transport/sockets.hpp"
 #include "config/fork_server.hpp"
 
@@ -11,6 +12,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <ATen/ATen.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -296,6 +299,16 @@ bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds lim
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   return cond();
+}
+
+bool open_lanes(LocalWorld& world) {
+  auto x = at::rand({4});
+  auto lane_sent = [](Worker& w) { return castor::testing::runtime(w).stats.lane_sent.load(); };
+  return eventually([&] {
+    return at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x) &&
+           at::equal(world[1].rpc_sync<at::Tensor>("worker0", "identity", x), x) && lane_sent(world[0]) >= 1 &&
+           lane_sent(world[1]) >= 1;
+  });
 }
 
 }  // namespace castor::test

@@ -114,4 +114,11 @@ bool await_dialers(uint16_t port, size_t n, std::chrono::milliseconds limit);
 /// last value (every wait in a test is bounded).
 bool eventually(const std::function<bool()>& cond, std::chrono::milliseconds limit = std::chrono::milliseconds(20000));
 
+/// Opens the direct lanes between world[0] and world[1] both ways (B8 of
+/// Note [Bulk path]): a small message does not wait for a link, so calls go
+/// through CAF until each link's writer has opened it, and a message sent
+/// on a lane may overtake one sent earlier through CAF. False if not open
+/// within `eventually`'s bound.
+bool open_lanes(LocalWorld& world);
+
 }  // namespace castor::test

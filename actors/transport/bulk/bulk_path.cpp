@@ -117,14 +117,16 @@ namespace castor::detail {
 //      context's cleanup or abort) goes on the link when it is open
 //      (WorkerServices::send_to_peer), as its own frame type: the CAF
 //      encoding of the typed message, a gradient's large tensors apart as in
-//      B1. Its sender is a protocol actor on CAF's multiplexer (Note [Where
-//      actors run]), so it never waits for a dial: an unopened link sends
-//      through CAF, and the link's writer opens it meanwhile. The receiver
+//      B1. Its sender is a protocol actor, on CAF's multiplexer (Note [Where
+//      actors run]) or on a thread that must not stall behind a dial (a
+//      link's reader: Note [Actors run where their messages arrive]), so it
+//      never waits for a dial: an unopened link sends through CAF, and the
+//      link's writer opens it meanwhile. The receiver
 //      checks it as the worker actor would (a malformed one goes to the
 //      actor, which reports it: B5; a gradient must name the link's rank as
 //      its sender, as a call must in B8) and hands it to the RRef or autograd
 //      layer with the same counts (deliver_protocol), which posts it to its
-//      actor's mailbox: the typed message is handled by the same actor,
+//      actor's mailbox (an autograd actor it wakes runs on this thread): the typed message is handled by the same actor,
 //      whatever carried its bytes. A frame that a broken link did not send
 //      goes through CAF after all (a copy taken before B1 took its tensors
 //      out), so a break loses nothing that CAF would have delivered; a
@@ -229,7 +231,7 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
   // B8: a call or reply with a large tensor waits for the link to open (it
   // is what the link is for); any other message goes through CAF until it
   // is open, and so does every protocol message (B10: their senders run on
-  // CAF's multiplexer, which must never wait for a dial).
+  // CAF's multiplexer or a link's reader, which must never wait for a dial).
   bool large = false;
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
   auto* link = link_to(to, large && !fallback);
