@@ -42,7 +42,7 @@ context_actor AutogradRuntime::context(ContextId id, bool create) {
   std::lock_guard<std::mutex> lock(mtx_);
   auto it = contexts_.find(id);
   if (it != contexts_.end()) return it->second;
-  auto box = stopped_ ? nullptr : entry_locked(id, create);
+  auto box = gate_.closed() ? nullptr : entry_locked(id, create);
   if (!box) return context_actor{};
   auto actor = spawn_context_actor(*this, id, gradients_.at(id), std::move(box));  // F2 of Note [Forward inbox]
   // Spawning from a user's thread leaves CAF's logger referenced in that
@@ -56,7 +56,7 @@ context_actor AutogradRuntime::context(ContextId id, bool create) {
 std::shared_ptr<ForwardInbox> AutogradRuntime::entry_locked(ContextId id, bool create) {
   auto it = inboxes_.find(id);
   if (it != inboxes_.end()) return it->second;
-  if (!create || stopped_ || released_.count(id)) return nullptr;
+  if (!create || gate_.closed() || released_.count(id)) return nullptr;
   auto box = std::make_shared<ForwardInbox>();
   inboxes_.emplace(id, box);
   gradients_.emplace(id, std::make_shared<GradientStore>());
@@ -253,19 +253,16 @@ void AutogradRuntime::stop() {
   std::unordered_map<ContextId, std::shared_ptr<ForwardInbox>> boxes;  // their graphs go here
   {
     std::lock_guard<std::mutex> lock(mtx_);
-    stopped_ = true;
+    gate_.close();  // D8: from now on our actors run on CAF's threads
     all.swap(contexts_);
     boxes.swap(inboxes_);
   }
   for (auto& [id, a] : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   deadlines_.close();
-  // D8 of Note [Actors run where their messages arrive]: from now on our
-  // actors run on CAF's threads, which the actor system joins; wait (a
-  // bounded while) for those that castor's threads are running now.
-  stopping_.store(true);
-  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (delivering_.load() > 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  // D8 of Note [Actors run where their messages arrive]: our actors run on
+  // CAF's threads now, which the actor system joins; wait (a bounded while)
+  // for those that castor's threads were running when stop() began.
+  gate_.close_and_wait(std::chrono::seconds(5));
 }
 
 }  // namespace castor::detail

@@ -76,17 +76,7 @@ class AutogradRuntime : public AutogradHooks {
   /// scheduler (D8).
   template <class Handle, class... Ts>
   void deliver(const Handle& dest, Ts&&... xs) {
-    delivering_.fetch_add(1);
-    if (stopping_.load()) {
-      delivering_.fetch_sub(1);
-      caf::anon_send(dest, std::forward<Ts>(xs)...);
-      return;
-    }
-    struct Done {
-      std::atomic<int>& n;
-      ~Done() { n.fetch_sub(1); }
-    } done{delivering_};
-    deliver_here(system(), dest, std::forward<Ts>(xs)...);
+    gate_.deliver(system(), dest, std::forward<Ts>(xs)...);
   }
   IdGenerator<AutogradMessageId> message_ids;
 
@@ -110,11 +100,10 @@ class AutogradRuntime : public AutogradHooks {
   static constexpr size_t kMaxReleased = 65536;
   std::unordered_set<ContextId> released_;
   std::deque<ContextId> released_order_;
-  bool stopped_ = false;
   caf::actor_system& system();
-  // D8: deliveries running on castor's threads, and stop() begun.
-  std::atomic<int> delivering_{0};
-  std::atomic<bool> stopping_{false};
+  // D8: deliveries running on castor's threads; closed once stop() began,
+  // and then no context is made either (closed under mtx_ there).
+  ArrivalGate gate_;
 };
 
 AutogradRuntime& autograd_runtime(WorkerServices& rt);

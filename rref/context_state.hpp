@@ -10,8 +10,6 @@
 
 #include <caf/stateful_actor.hpp>
 
-#include "actors/hooks/protocol_actor.hpp"
-
 #include "rref/calls/prepared_calls.hpp"
 #include "rref/owner_rref_actor.hpp"
 #include "rref/protocol/fork_table.hpp"
@@ -24,8 +22,6 @@ namespace castor::detail {
 
 class RRefRuntime;
 class WorkerServices;
-
-using context_broker = protocol_broker<rref_context_actor>;  // Note [Where actors run]
 
 /// A value owned here: what it holds (read by calls on it), its fork count
 /// (kept here until a method call spawns its actor, which takes it over:
@@ -55,7 +51,9 @@ struct context_state {
   PreparedCalls prepared;
 };
 
-using context_pointer = caf::stateful_actor<context_state, context_broker>*;
+// An event-based actor that runs where its messages arrive (Note [Actors run
+// where their messages arrive]), not a broker on the multiplexer.
+using context_pointer = rref_context_actor::stateful_pointer<context_state>;
 
 // -- shared by the context's files (defined in rref_context.cpp) -------------------
 

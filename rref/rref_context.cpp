@@ -310,7 +310,8 @@ context_behavior_type context_behavior(context_pointer self, RRefRuntime* rr) {
 }  // namespace
 
 rref_context_actor spawn_rref_context(RRefRuntime* rr) {
-  return spawn_protocol_actor(rr->services().system(), context_behavior, rr);  // Note [Where actors run]
+  // lazy_init: its first message starts it, on the thread that delivers it.
+  return rr->services().system().spawn<caf::lazy_init>(context_behavior, rr);
 }
 
 }  // namespace castor::detail

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
-#include <caf/io/typed_broker.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 

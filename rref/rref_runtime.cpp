@@ -18,8 +18,16 @@ RRefRuntime::RRefRuntime(WorkerServices& rt)
 
 RRefRuntime::~RRefRuntime() { stop(); }
 
+template <class... Ts>
+void RRefRuntime::to_context(Ts&&... xs) {
+  gate_.deliver(rt_.system(), context_, std::forward<Ts>(xs)...);
+}
+
 void RRefRuntime::stop() {
-  if (context_) caf::anon_send_exit(context_, caf::exit_reason::user_shutdown);
+  if (!context_) return;  // stopped already (the runtime's teardown, then our destructor)
+  gate_.close();           // D8: from now on the context runs on CAF's threads
+  caf::anon_send_exit(context_, caf::exit_reason::user_shutdown);
+  gate_.close_and_wait(std::chrono::seconds(5));  // what castor's threads run now ends first
   context_ = nullptr;
 }
 
@@ -30,7 +38,7 @@ void RRefRuntime::fork_for(Value& v, WorkerId to) {
     auto [recipe, restarts] = s->restart_recipe();
     auto life = s->is_owner() ? rt_.options().incarnation : s->owner_incarnation.load();
     rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name, life, restarts, recipe};
-    caf::anon_send(context_, ForkRegistration{s, rv.data.fork_id, to});
+    to_context(ForkRegistration{s, rv.data.fork_id, to});
   });
 }
 
@@ -83,19 +91,19 @@ void RRefRuntime::handle_request(CallRequest&& req, caf::strong_actor_ptr reply_
   } else if (starts_on_arrival(req)) {  // V2
     counters_->values_on_arrival.fetch_add(1, std::memory_order_relaxed);
     auto started = start_on_arrival(rt_, owner_index_, req, rt_.replier(reply_to, req));
-    caf::anon_send(context_, IncomingCall{std::move(req), std::move(reply_to), std::move(started)});
+    to_context(IncomingCall{std::move(req), std::move(reply_to), std::move(started)});
     return;
   }
-  caf::anon_send(context_, IncomingCall{std::move(req), std::move(reply_to), nullptr});
+  to_context(IncomingCall{std::move(req), std::move(reply_to), nullptr});
 }
 
-void RRefRuntime::handle_control(RRefControl&& msg) { caf::anon_send(context_, std::move(msg)); }
-void RRefRuntime::handle_ack(RRefControlAck&& ack) { caf::anon_send(context_, std::move(ack)); }
-void RRefRuntime::on_peer_down(WorkerId rank) { caf::anon_send(context_, peer_down_atom::value, rank); }
+void RRefRuntime::handle_control(RRefControl&& msg) { to_context(std::move(msg)); }
+void RRefRuntime::handle_ack(RRefControlAck&& ack) { to_context(std::move(ack)); }
+void RRefRuntime::on_peer_down(WorkerId rank) { to_context(peer_down_atom::value, rank); }
 void RRefRuntime::on_peer_rejoined(WorkerId rank, uint32_t incarnation) {
-  caf::anon_send(context_, rejoined_atom::value, rank, incarnation);
+  to_context(rejoined_atom::value, rank, incarnation);
 }
-void RRefRuntime::on_shutdown_begin() { caf::anon_send(context_, shutdown_atom::value); }
+void RRefRuntime::on_shutdown_begin() { to_context(shutdown_atom::value); }
 
 bool RRefRuntime::idle() const {
   return counters_->outbox.load() == 0 && counters_->owners.load() == 0 && counters_->pending_users.load() == 0 &&
@@ -120,7 +128,7 @@ void RRefRuntime::after(std::chrono::milliseconds delay, std::function<void()> f
 }
 
 void RRefRuntime::adopt_then(Value v, Completion done) {
-  caf::anon_send(context_, AdoptReply{std::move(v), std::move(done)});
+  to_context(AdoptReply{std::move(v), std::move(done)});
 }
 
 RRefStatePtr RRefRuntime::new_user_state(RRefId id, WorkerId owner, ForkId fork, std::string type_name,
@@ -158,7 +166,7 @@ RRefStatePtr RRefRuntime::new_owner_state(RRefId id, std::shared_ptr<Holder> hol
 
 void RRefRuntime::register_owner(RRefId id, std::shared_ptr<Holder> holder) {
   owner_index_.holder_for(id, holder);  // V1 of Note [Values on arrival]: before a request of ours can arrive
-  caf::anon_send(context_, OwnerRegistration{id, std::move(holder)});
+  to_context(OwnerRegistration{id, std::move(holder)});
 }
 
 RRefInspection RRefRuntime::inspect() const {
@@ -171,7 +179,7 @@ RRefInspection RRefRuntime::inspect() const {
 void RRefRuntime::state_dropped(RRefState& s) {
   if (!s.is_owner()) counters_->user_rrefs.fetch_sub(1);
   if (s.released.load() || !context_) return;
-  caf::anon_send(context_, StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
+  to_context(StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
 }
 
 RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }

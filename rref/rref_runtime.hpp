@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/hooks/arrival_runner.hpp"
 #include "actors/hooks/rref_hooks.hpp"
 #include "actors/runtime/fault_injection.hpp"
 #include "rref/live_states.hpp"
@@ -79,6 +80,11 @@ class RRefRuntime : public RRefHooks {
   OwnerIndex owner_index_;
   FaultInjector faults_;
   rref_context_actor context_;
+  // Note [Actors run where their messages arrive]: a message for the context
+  // from one of castor's threads runs it there (D8: counted, for stop()).
+  ArrivalGate gate_;
+  template <class... Ts>
+  void to_context(Ts&&... xs);
 };
 
 RRefRuntime& rref_runtime(WorkerServices& rt);

@@ -3,6 +3,7 @@
 #include "actors/hooks/arrival_runner.hpp"
 
 #include <deque>
+#include <thread>
 
 #include <c10/core/InferenceMode.h>
 
@@ -67,6 +68,13 @@ void deliver_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbo
   c10::InferenceMode default_autograd_state(false);  // D7
   dest->enqueue(std::move(msg), &runner);
   runner.run_all();
+}
+
+void ArrivalGate::close_and_wait(std::chrono::milliseconds bound) {
+  close();
+  auto until = std::chrono::steady_clock::now() + bound;
+  while (running_.load() > 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 }  // namespace castor::detail

@@ -2,6 +2,8 @@
 // where their messages arrive] below.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <utility>
 
 #include <caf/abstract_actor.hpp>
@@ -9,16 +11,18 @@
 #include <caf/actor_system.hpp>
 #include <caf/mailbox_element.hpp>
 #include <caf/message_id.hpp>
+#include <caf/send.hpp>
 
 namespace castor::detail {
 
 // Note [Actors run where their messages arrive]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// The autograd context and graph task actors are ordinary event-based CAF
-// actors, not brokers (Note [Where actors run]). A message for one of them
-// that comes from a thread of castor's own -- a link's reader with a
-// gradient, the caller in backward(), an executor thread with a drained
-// graph -- is handed over by `deliver_here`. When that message wakes the
+// The autograd context and graph task actors and the RRef context actor are
+// ordinary event-based CAF actors, not brokers (Note [Where actors run]). A
+// message for one of them that comes from a thread of castor's own -- a
+// link's reader with a gradient or an RRef control message, the caller in
+// backward() or dropping an RRef, an executor thread with a drained graph
+// -- is handed over by `deliver_here`. When that message wakes the
 // actor (its mailbox was empty and no thread had it), the delivering thread
 // runs the actor at once, as a CAF execution unit of its own (an
 // ArrivalRunner on its stack), and so every actor that handler wakes in
@@ -38,9 +42,9 @@ namespace castor::detail {
 //  D3 What runs this way never blocks and never runs user code (P1 of Note
 //     [Where actors run]): nodes that are not light go to the executor.
 //  D4 CAF's own threads (the multiplexer, the scheduler's, the clock) are
-//     execution units already; a delivery from one of them (a gradient that
-//     came through BASP before the lane opened, a peer's death, the
-//     watchdog's sweep) is scheduled as CAF schedules any event-based actor:
+//     execution units already; a delivery from one of them (a gradient or an
+//     RRef control message that came through BASP before the lane opened, a
+//     peer's death, the watchdog's sweep) is scheduled as CAF schedules any event-based actor:
 //     a scheduler thread's wake, dearer than the multiplexer's pipe was for a
 //     broker, paid only off the lane.
 //  D5 A spawn on a thread of castor's own leaves CAF's logger referenced
@@ -54,10 +58,10 @@ namespace castor::detail {
 //  D7 Whichever thread runs them, the handlers see libtorch's default
 //     autograd state (a caller's NoGradGuard or InferenceMode stays its
 //     own): the outermost delivery sets it around its queue.
-//  D8 A worker that stops (AutogradRuntime::stop) waits for the deliveries
-//     running on its threads, and later ones go to CAF's scheduler: an
-//     actor that ends must end before its actor system does, and CAF joins
-//     only its own threads.
+//  D8 A worker that stops (AutogradRuntime::stop, RRefRuntime::stop) waits
+//     for the deliveries running on its threads, and later ones go to CAF's
+//     scheduler: an actor that ends must end before its actor system does,
+//     and CAF joins only its own threads. An ArrivalGate keeps that count.
 
 /// Delivers `msg` to `dest` (D1-D5): the delivering thread runs `dest` now
 /// if the message wakes it, unless it is one of CAF's threads.
@@ -70,5 +74,35 @@ void deliver_here(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
   deliver_here(sys, caf::actor_cast<caf::abstract_actor*>(dest),
                caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::forward<Ts>(xs)...));
 }
+
+/// D8: the deliveries of one layer (autograd, RRefs) to its actors, counted
+/// while they run so that its stop can wait for them; once closed, a
+/// delivery goes through CAF's scheduler.
+class ArrivalGate {
+ public:
+  template <class Handle, class... Ts>
+  void deliver(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
+    running_.fetch_add(1);
+    if (closed_.load()) {
+      running_.fetch_sub(1);
+      caf::anon_send(dest, std::forward<Ts>(xs)...);
+      return;
+    }
+    struct Done {
+      std::atomic<int>& n;
+      ~Done() { n.fetch_sub(1); }
+    } done{running_};
+    deliver_here(sys, dest, std::forward<Ts>(xs)...);
+  }
+  /// Later deliveries go through CAF's scheduler.
+  void close() { closed_.store(true); }
+  bool closed() const { return closed_.load(); }
+  /// Closes, then waits up to `bound` for the deliveries running now.
+  void close_and_wait(std::chrono::milliseconds bound);
+
+ private:
+  std::atomic<int> running_{0};
+  std::atomic<bool> closed_{false};
+};
 
 }  // namespace castor::detail

@@ -13,14 +13,15 @@ namespace castor::detail {
 
 // Note [Where actors run]
 // ~~~~~~~~~~~~~~~~~~~~~~~
-// castor's protocol actors -- the worker actor, the RRef context and the
-// owner RRefs -- are CAF brokers, which CAF runs on the middleman's
-// multiplexer thread: the thread that reads their messages from CAF's
-// network. (The autograd contexts and graph tasks, whose messages come on
-// the direct lane, run on the thread that delivers them instead: Note
-// [Actors run where their messages arrive].) A message from a peer is handled there
-// at once, without waking a scheduler thread; on two cores that saves two
-// thread hand-offs per message, a sizeable share of a round trip.
+// castor's protocol actors -- the worker actor and the owner RRefs -- are
+// CAF brokers, which CAF runs on the middleman's multiplexer thread: the
+// thread that reads their messages from CAF's network. (The RRef context, the
+// autograd contexts and the graph tasks, whose messages mostly come on the
+// direct lane or from callers, run on the thread that delivers them instead:
+// Note [Actors run where their messages arrive].) A message from a peer is
+// handled there at once, without waking a scheduler thread; on two cores
+// that saves two thread hand-offs per message, a sizeable share of a round
+// trip.
 //  P1 They never block and never run user code: user functions, methods,
 //     constructors, custom backward nodes and hooks go to the executor.
 //  P2 A message sent to one of them from another thread (a caller, an

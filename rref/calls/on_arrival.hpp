@@ -21,9 +21,9 @@ struct RRefCounters;
 // Note [Values on arrival]
 // ~~~~~~~~~~~~~~~~~~~~~~~~
 // remote() then to_here() is two requests on one link. Both used to wait in
-// the RRef context actor's mailbox (a broker: a wake of the multiplexer's
-// thread through its pipe) before the function ran, and the fetch then
-// waited in the owner actor's. The link's reader now serves what needs no
+// the RRef context actor's mailbox (then a broker: a wake of the
+// multiplexer's thread through its pipe) before the function ran, and the
+// fetch then waited in the owner actor's. The link's reader now serves what needs no
 // protocol state itself; the context still does the fork accounting, beside
 // the call rather than in front of it.
 //
