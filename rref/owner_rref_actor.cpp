@@ -10,9 +10,9 @@
 
 #include "actors/calls/serial_jobs.hpp"
 #include "actors/hooks/autograd_hooks.hpp"
-#include "actors/hooks/protocol_actor.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "rref/rref_counters.hpp"
+#include "rref/rref_runtime.hpp"
 
 namespace castor::detail {
 namespace {
@@ -39,7 +39,11 @@ struct owner_state {
   bool wake_on_set = false;  // a pump is registered for when the value is set
 };
 
-using owner_pointer = protocol_pointer<owner_state, owner_rref_actor>;  // Note [Where actors run]
+// An event-based actor that runs where its messages arrive (Note [Actors run
+// where their messages arrive]): a method call that the context hands on
+// runs it on the context's thread, and a method's end on the executor thread
+// that ran it.
+using owner_pointer = owner_rref_actor::stateful_pointer<owner_state>;
 
 // Note [Remote objects]
 // ~~~~~~~~~~~~~~~~~~~~~
@@ -98,14 +102,15 @@ bool run_method(owner_pointer self, OwnerCall&& call) {
     };
   }
   auto ctx = call.request.autograd.context;
-  bool accepted = rt->post([rt, me, object, method, fn, ctx, args = std::move(call.request.args), done]() mutable {
+  bool accepted = rt->post([rt, life = rt->lifetime(), me, object, method, fn, ctx, args = std::move(call.request.args),
+                            done]() mutable {
     ContextScope scope(rt->autograd(), ctx);  // nested calls join the caller's autograd context
     try {
       method->invoke(object.get(), std::move(args), done);
     } catch (...) {
       done(Outcome::failure(error_from_exception(std::current_exception(), rt->name(), "method '" + fn + "'")));
     }
-    caf::anon_send(me, released_atom::value);  // the object is free again
+    deliver_while_alive(life, me, released_atom::value);  // the object is free again
   });
   if (!accepted)
     return fail(ErrorKind::Remote, "worker " + rt->name() + " cannot run '" + fn + "': its executor is saturated or stopped");
@@ -119,7 +124,7 @@ void pump(owner_pointer self) {
     if (!st.wake_on_set) {
       st.wake_on_set = true;
       auto me = caf::actor_cast<owner_rref_actor>(self);
-      st.holder->on_set([me] { caf::anon_send(me, ready_atom::value); });
+      st.holder->on_set([life = st.rt->lifetime(), me] { deliver_while_alive(life, me, ready_atom::value); });
     }
     return;
   }
@@ -164,11 +169,13 @@ owner_rref_actor::behavior_type owner_behavior(owner_pointer self, WorkerService
 
 }  // namespace
 
-owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
-                                  std::shared_ptr<OwnerStats> stats, std::shared_ptr<OwnerForks> forks,
-                                  std::function<void()> on_gone) {
-  return spawn_protocol_actor(rt.system(), owner_behavior, &rt, id, std::move(holder), std::move(stats),
-                              std::move(forks), std::move(on_gone));
+owner_rref_actor spawn_owner_rref(caf::local_actor* parent, WorkerServices& rt, RRefId id,
+                                  std::shared_ptr<Holder> holder, std::shared_ptr<OwnerStats> stats,
+                                  std::shared_ptr<OwnerForks> forks, std::function<void()> on_gone) {
+  // lazy_init: the call or event it was spawned for starts it, after the
+  // context's handler (D2 of Note [Actors run where their messages arrive]).
+  return parent->spawn<caf::lazy_init>(owner_behavior, &rt, id, std::move(holder), std::move(stats),
+                                       std::move(forks), std::move(on_gone));
 }
 
 void apply_owner_event(WorkerServices& rt, OwnerForks& forks, Holder& holder, const OwnerEvent& e) {

@@ -11,7 +11,6 @@
 
 #include <caf/allowed_unsafe_message_type.hpp>
 #include <caf/fwd.hpp>
-#include <caf/io/typed_broker.hpp>
 #include <caf/replies_to.hpp>
 #include <caf/typed_actor.hpp>
 
@@ -48,7 +47,9 @@ using owner_rref_actor = caf::typed_actor<
 
 /// Spawns the owner actor of `id`, which takes over its count `forks` from
 /// the context; `on_gone` runs (on the owner's thread) when it ends.
-owner_rref_actor spawn_owner_rref(WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
+/// Spawned by the RRef context `parent` from its handler: it runs where the
+/// context runs (Note [Actors run where their messages arrive]).
+owner_rref_actor spawn_owner_rref(caf::local_actor* parent, WorkerServices& rt, RRefId id, std::shared_ptr<Holder> holder,
                                   std::shared_ptr<OwnerStats> stats, std::shared_ptr<OwnerForks> forks,
                                   std::function<void()> on_gone);
 

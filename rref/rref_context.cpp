@@ -170,8 +170,10 @@ std::shared_ptr<Holder> to_owner(context_pointer self, const OwnerEvent& e) {
 owner_rref_actor owner_actor(context_pointer self, RRefId id, OwnerSlot& slot) {
   if (slot.actor) return slot.actor;
   auto me = caf::actor_cast<rref_context_actor>(self);
-  slot.actor = spawn_owner_rref(*self->state.rt, id, slot.holder, slot.stats, std::move(slot.forks),
-                                [me, id] { caf::anon_send(me, owner_gone_atom::value, id); });
+  slot.actor = spawn_owner_rref(self, *self->state.rt, id, slot.holder, slot.stats, std::move(slot.forks),
+                                [life = self->state.rt->lifetime(), me, id] {
+                                  deliver_while_alive(life, me, owner_gone_atom::value, id);
+                                });
   self->link_to(slot.actor);  // owners end with the context (teardown)
   return slot.actor;
 }

@@ -12,16 +12,11 @@ namespace castor::detail {
 
 RRefRuntime::RRefRuntime(WorkerServices& rt)
     : rref_ids(rt.rank(), rt.options().incarnation), fork_ids(rt.rank(), rt.options().incarnation), rt_(rt), counters_(std::make_shared<RRefCounters>()),
-      faults_(rt.options().faults) {
+      faults_(rt.options().faults), system_(&rt.system()) {
   context_ = spawn_rref_context(this);
 }
 
 RRefRuntime::~RRefRuntime() { stop(); }
-
-template <class... Ts>
-void RRefRuntime::to_context(Ts&&... xs) {
-  gate_.deliver(rt_.system(), context_, std::forward<Ts>(xs)...);
-}
 
 void RRefRuntime::stop() {
   if (!context_) return;  // stopped already (the runtime's teardown, then our destructor)
@@ -183,6 +178,11 @@ void RRefRuntime::state_dropped(RRefState& s) {
 }
 
 RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }
+
+RRefRuntime* live_rref_runtime(const std::weak_ptr<WorkerServices>& life, std::shared_ptr<WorkerServices>& keep) {
+  keep = life.lock();
+  return keep && keep->rrefs() ? &rref_runtime(*keep) : nullptr;
+}
 RRefCounters& rref_counters(WorkerServices& rt) { return rref_runtime(rt).counters(); }
 std::shared_ptr<RRefCounters> rref_counters_ptr(WorkerServices& rt) { return rref_runtime(rt).counters_ptr(); }
 

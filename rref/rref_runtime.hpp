@@ -61,6 +61,14 @@ class RRefRuntime : public RRefHooks {
   void register_owner(RRefId id, std::shared_ptr<Holder> holder);
   void state_dropped(RRefState& s);
 
+  /// Hands a message to one of this layer's actors (the context, an owner)
+  /// from any thread: one of castor's own runs it there (Note [Actors run
+  /// where their messages arrive]), CAF's threads schedule it.
+  template <class Handle, class... Ts>
+  void deliver(const Handle& dest, Ts&&... xs) {
+    gate_.deliver(*system_, dest, std::forward<Ts>(xs)...);
+  }
+
   /// The context actor's owners, mirrored for inspection from any thread.
   OwnerIndex& owner_index() { return owner_index_; }
   /// Every handle state alive here (shutdown releases them).
@@ -81,12 +89,30 @@ class RRefRuntime : public RRefHooks {
   FaultInjector faults_;
   rref_context_actor context_;
   // Note [Actors run where their messages arrive]: a message for the context
-  // from one of castor's threads runs it there (D8: counted, for stop()).
+  // or an owner from one of castor's threads runs it there (D8: counted, for
+  // stop()).
   ArrivalGate gate_;
+  caf::actor_system* system_;
   template <class... Ts>
-  void to_context(Ts&&... xs);
+  void to_context(Ts&&... xs) {
+    deliver(context_, std::forward<Ts>(xs)...);
+  }
 };
 
 RRefRuntime& rref_runtime(WorkerServices& rt);
+
+/// The RRef layer of the worker that `life` names while it lives (`keep`
+/// then holds the worker); null once it is gone.
+RRefRuntime* live_rref_runtime(const std::weak_ptr<WorkerServices>& life, std::shared_ptr<WorkerServices>& keep);
+
+/// RRefRuntime::deliver from a thread that may outlive the worker (a task
+/// its executor abandoned at stop, E5 of Note [Executor sizing]): through
+/// CAF's scheduler once the worker is gone.
+template <class Handle, class... Ts>
+void deliver_while_alive(const std::weak_ptr<WorkerServices>& life, const Handle& dest, Ts&&... xs) {
+  std::shared_ptr<WorkerServices> keep;
+  if (auto* rr = live_rref_runtime(life, keep)) return rr->deliver(dest, std::forward<Ts>(xs)...);
+  caf::anon_send(dest, std::forward<Ts>(xs)...);
+}
 
 }  // namespace castor::detail
