@@ -36,10 +36,16 @@ std::vector<RRefStatePtr> LiveStates::alive() const {
 std::vector<PendingUserInfo> LiveStates::unconfirmed() const {
   auto now = std::chrono::steady_clock::now();
   std::vector<PendingUserInfo> out;
+  // Released after the lock: a handle whose last other copy went meanwhile
+  // ends with ours, and its end messages the RRef context, which may take
+  // this lock (a new handle is tracked).
+  std::vector<RRefStatePtr> seen;
   std::lock_guard<std::mutex> lock(mtx_);
   for (auto& w : states_) {
     auto s = w.lock();
-    if (!s || s->is_owner() || s->confirmed.load()) continue;
+    if (!s) continue;
+    seen.push_back(s);
+    if (s->is_owner() || s->confirmed.load()) continue;
     auto age = std::chrono::duration_cast<std::chrono::milliseconds>(now - s->created).count();
     out.push_back(PendingUserInfo{to_string(s->id), to_string(s->fork), s->owner_name, int64_t(age)});
   }

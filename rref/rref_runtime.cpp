@@ -23,6 +23,7 @@ void RRefRuntime::stop() {
   gate_.close();           // D8: from now on the context runs on CAF's threads
   caf::anon_send_exit(context_, caf::exit_reason::user_shutdown);
   gate_.close_and_wait(std::chrono::seconds(5));  // what castor's threads run now ends first
+  gate_.seal_and_wait(std::chrono::seconds(1));   // and nothing reads context_ while it is reset
   context_ = nullptr;
 }
 
@@ -33,7 +34,8 @@ void RRefRuntime::fork_for(Value& v, WorkerId to) {
     auto [recipe, restarts] = s->restart_recipe();
     auto life = s->is_owner() ? rt_.options().incarnation : s->owner_incarnation.load();
     rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name, life, restarts, recipe};
-    to_context(ForkRegistration{s, rv.data.fork_id, to});
+    // D9: a reply's value is encoded under the teardown gate's lock.
+    gate_.post(*system_, context_, ForkRegistration{s, rv.data.fork_id, to});
   });
 }
 
@@ -119,7 +121,7 @@ std::map<std::string, int64_t> RRefRuntime::debug_info() const {
 }
 
 void RRefRuntime::after(std::chrono::milliseconds delay, std::function<void()> f) {
-  if (context_) caf::delayed_anon_send(context_, delay, Deadline{std::move(f)});
+  gate_.guarded([&] { caf::delayed_anon_send(context_, delay, Deadline{std::move(f)}); });
 }
 
 void RRefRuntime::adopt_then(Value v, Completion done) {
@@ -173,8 +175,9 @@ RRefInspection RRefRuntime::inspect() const {
 
 void RRefRuntime::state_dropped(RRefState& s) {
   if (!s.is_owner()) counters_->user_rrefs.fetch_sub(1);
-  if (s.released.load() || !context_) return;
-  to_context(StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
+  if (s.released.load()) return;
+  // D9: a handle ends wherever its last copy dies, perhaps under a lock.
+  gate_.post(*system_, context_, StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
 }
 
 RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }

@@ -212,7 +212,10 @@ size_t Executor::abandon_locked() {
 }
 
 void Executor::enter_blocking() {
-  std::vector<Task> rejected;
+  // Taken out whole and destroyed after the lock: a task's captures may hold
+  // the last reference to something whose end runs castor code (an RRef
+  // handle's), which must not find this pool locked.
+  std::vector<Entry> rejected;
   {
     std::lock_guard<std::mutex> lock(mtx_);
     ++blocked_;
@@ -223,7 +226,7 @@ void Executor::enter_blocking() {
     if (threads_ == blocked_ && threads_ >= opts_.max_threads) {
       for (auto it = queue_.begin(); it != queue_.end();) {
         if (it->reject) {
-          rejected.push_back(std::move(it->reject));
+          rejected.push_back(std::move(*it));
           it = queue_.erase(it);
         } else {
           ++it;
@@ -231,7 +234,7 @@ void Executor::enter_blocking() {
       }
     }
   }
-  for (auto& r : rejected) r();
+  for (auto& r : rejected) r.reject();
 }
 
 void Executor::leave_blocking() {

@@ -70,11 +70,30 @@ void deliver_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbo
   runner.run_all();
 }
 
-void ArrivalGate::close_and_wait(std::chrono::milliseconds bound) {
-  close();
+void post_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbox_element_ptr msg) {
+  bool queue = !on_caf_thread() && tl_runner && &tl_runner->system() == &sys;
+  dest->enqueue(std::move(msg), queue ? tl_runner : nullptr);  // D9
+}
+
+void ArrivalGate::close() {
+  int open = kOpen;
+  state_.compare_exchange_strong(open, kClosed);  // never unseals
+}
+
+void ArrivalGate::wait_running(std::chrono::milliseconds bound) {
   auto until = std::chrono::steady_clock::now() + bound;
   while (running_.load() > 0 && std::chrono::steady_clock::now() < until)
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+void ArrivalGate::close_and_wait(std::chrono::milliseconds bound) {
+  close();
+  wait_running(bound);
+}
+
+void ArrivalGate::seal_and_wait(std::chrono::milliseconds bound) {
+  state_.store(kSealed);
+  wait_running(bound);
 }
 
 }  // namespace castor::detail

@@ -61,7 +61,15 @@ namespace castor::detail {
 //  D8 A worker that stops (AutogradRuntime::stop, RRefRuntime::stop) waits
 //     for the deliveries running on its threads, and later ones go to CAF's
 //     scheduler: an actor that ends must end before its actor system does,
-//     and CAF joins only its own threads. An ArrivalGate keeps that count.
+//     and CAF joins only its own threads. An ArrivalGate keeps that count;
+//     a layer that resets an actor's handle at its stop seals the gate
+//     first, so that no delivery reads the handle meanwhile.
+//  D9 A delivery that may come from under a lock of castor's -- the end of
+//     an RRef handle, which happens wherever its last copy dies, or a fork
+//     registered while a reply is encoded -- must not run the actor inside
+//     the caller's frame, whose handlers might take that lock again: it is
+//     posted (post_here), queued behind the running job on a thread that is
+//     running a runner and scheduled by CAF elsewhere.
 
 /// Delivers `msg` to `dest` (D1-D5): the delivering thread runs `dest` now
 /// if the message wakes it, unless it is one of CAF's threads.
@@ -75,34 +83,72 @@ void deliver_here(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
                caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::forward<Ts>(xs)...));
 }
 
+/// D9: like deliver_here, but `dest` never runs inside the caller's frame:
+/// a thread that is running a runner queues it behind the running job,
+/// another thread has it scheduled by CAF.
+void post_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbox_element_ptr msg);
+
+template <class Handle, class... Ts>
+void post_here(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
+  if (!dest) return;
+  post_here(sys, caf::actor_cast<caf::abstract_actor*>(dest),
+            caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::forward<Ts>(xs)...));
+}
+
 /// D8: the deliveries of one layer (autograd, RRefs) to its actors, counted
-/// while they run so that its stop can wait for them; once closed, a
-/// delivery goes through CAF's scheduler.
+/// while they run so that its stop can wait for them. Once closed, a
+/// delivery goes through CAF's scheduler; once sealed, it is dropped (its
+/// actors ended) and nothing reads the handle it names.
 class ArrivalGate {
  public:
   template <class Handle, class... Ts>
   void deliver(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
-    running_.fetch_add(1);
-    if (closed_.load()) {
-      running_.fetch_sub(1);
-      caf::anon_send(dest, std::forward<Ts>(xs)...);
-      return;
-    }
+    pass([&](bool open) {
+      if (open)
+        deliver_here(sys, dest, std::forward<Ts>(xs)...);
+      else
+        caf::anon_send(dest, std::forward<Ts>(xs)...);
+    });
+  }
+  /// D9: post_here, counted and closed as deliver is.
+  template <class Handle, class... Ts>
+  void post(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
+    pass([&](bool open) {
+      if (open)
+        post_here(sys, dest, std::forward<Ts>(xs)...);
+      else
+        caf::anon_send(dest, std::forward<Ts>(xs)...);
+    });
+  }
+  /// Runs `f` unless sealed, counted as a delivery (what reads a handle
+  /// that the sealing thread resets after).
+  template <class F>
+  void guarded(F&& f) {
+    pass([&](bool) { f(); });
+  }
+  /// Later deliveries go through CAF's scheduler.
+  void close();
+  bool closed() const { return state_.load() != kOpen; }
+  /// Closes, then waits up to `bound` for the deliveries running now.
+  void close_and_wait(std::chrono::milliseconds bound);
+  /// Later deliveries are dropped; waits up to `bound` for those running.
+  void seal_and_wait(std::chrono::milliseconds bound);
+
+ private:
+  static constexpr int kOpen = 0, kClosed = 1, kSealed = 2;
+  template <class F>
+  void pass(F&& f) {
+    running_.fetch_add(1);  // before the state is read: a sealer waits for us, or we see the seal
     struct Done {
       std::atomic<int>& n;
       ~Done() { n.fetch_sub(1); }
     } done{running_};
-    deliver_here(sys, dest, std::forward<Ts>(xs)...);
+    int state = state_.load();
+    if (state != kSealed) f(state == kOpen);
   }
-  /// Later deliveries go through CAF's scheduler.
-  void close() { closed_.store(true); }
-  bool closed() const { return closed_.load(); }
-  /// Closes, then waits up to `bound` for the deliveries running now.
-  void close_and_wait(std::chrono::milliseconds bound);
-
- private:
+  void wait_running(std::chrono::milliseconds bound);
   std::atomic<int> running_{0};
-  std::atomic<bool> closed_{false};
+  std::atomic<int> state_{kOpen};
 };
 
 }  // namespace castor::detail

@@ -13,22 +13,24 @@ namespace castor::detail {
 
 // Note [Where actors run]
 // ~~~~~~~~~~~~~~~~~~~~~~~
-// castor's protocol actors -- the worker actor and the owner RRefs -- are
-// CAF brokers, which CAF runs on the middleman's multiplexer thread: the
-// thread that reads their messages from CAF's network. (The RRef context, the
-// autograd contexts and the graph tasks, whose messages mostly come on the
-// direct lane or from callers, run on the thread that delivers them instead:
-// Note [Actors run where their messages arrive].) A message from a peer is
+// castor's worker actor is a CAF broker, which CAF runs on the middleman's
+// multiplexer thread: the thread that reads its messages from CAF's network.
+// (The RRef context, the owner RRefs, the autograd contexts and the graph
+// tasks, whose messages mostly come on the direct lane or from callers and
+// executor threads, run on the thread that delivers them instead: Note
+// [Actors run where their messages arrive].) A message from a peer is
 // handled there at once, without waking a scheduler thread; on two cores
 // that saves two thread hand-offs per message, a sizeable share of a round
 // trip.
-//  P1 They never block and never run user code: user functions, methods,
-//     constructors, custom backward nodes and hooks go to the executor.
-//  P2 A message sent to one of them from another thread (a caller, an
-//     executor thread, a bulk reader) wakes the multiplexer through its
-//     pipe; that cost is paid once per such message.
-//  P3 They are spawned only through spawn_protocol_actor, so that a change
-//     of transport or scheduling moves every protocol actor at once.
+//  P1 It, and the actors of the Note named above, never block and never
+//     run user code: user functions, methods, constructors, custom backward
+//     nodes and hooks go to the executor.
+//  P2 A message sent to it from another thread (a caller, an executor
+//     thread, a bulk reader) wakes the multiplexer through its pipe; that
+//     cost is paid once per such message (the lane's calls and replies
+//     bypass it: B8 of Note [Bulk path]).
+//  P3 A broker is spawned only through spawn_protocol_actor, so that a
+//     change of transport or scheduling moves them all at once.
 
 /// The broker type of a typed actor interface: a `Handle` whose
 /// implementation runs where Note [Where actors run] says.
@@ -40,10 +42,6 @@ struct protocol_broker_of<caf::detail::type_list<Sigs...>> {
 };
 template <class Handle>
 using protocol_broker = typename protocol_broker_of<typename Handle::signatures>::type;
-
-/// `self` of a protocol actor with interface `Handle` and state `State`.
-template <class State, class Handle>
-using protocol_pointer = caf::stateful_actor<State, protocol_broker<Handle>>*;
 
 /// Spawns a protocol actor (P3): `fun(self, xs...)` makes its behavior.
 template <class F, class... Ts>
