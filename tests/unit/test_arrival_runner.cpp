@@ -170,3 +170,67 @@ TEST_CASE("two threads delivering to one actor: never run twice at once, each se
   CHECK_FALSE(counts.out_of_order);
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
 }
+
+// Posts `n + 100` to `other` from inside its handler (D9), then logs its return.
+probe_actor::behavior_type poster(probe_actor::pointer self, Log* log, caf::actor_system* sys, probe_actor other) {
+  return {[=](int n) {
+    log->add("poster got " + std::to_string(n));
+    castor::detail::post_here(*sys, other, n + 100);
+    log->add("poster returns");
+  }};
+}
+
+TEST_CASE("a post never runs the actor inside the caller's frame: behind the running job, or on CAF's threads (D9)") {
+  System s;
+  Log log;
+  auto b = s.sys.spawn<caf::lazy_init>(relay, &log, std::string("b"), probe_actor{});
+  SUBCASE("from a thread that runs no runner: CAF schedules it") {
+    castor::detail::post_here(s.sys, b, 4);
+    auto seen = wait_for(log, 2);
+    CHECK(seen[0].what == "b got 4");
+    CHECK(seen[0].on_caf_thread);
+    CHECK(seen[0].thread != std::this_thread::get_id());
+  }
+  SUBCASE("from a handler a delivery runs: on the same thread, once that handler returned") {
+    auto a = s.sys.spawn<caf::lazy_init>(poster, &log, &s.sys, b);
+    deliver_here(s.sys, a, 5);
+    auto seen = log.take();
+    REQUIRE(seen.size() == 4);
+    CHECK(seen[0].what == "poster got 5");
+    CHECK(seen[1].what == "poster returns");
+    CHECK(seen[2].what == "b got 105");
+    for (const auto& e : seen) CHECK(e.thread == std::this_thread::get_id());
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  }
+  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+}
+
+TEST_CASE("a gate runs deliveries here while open, schedules them once closed, and drops them once sealed (D8)") {
+  System s;
+  Log log;
+  castor::detail::ArrivalGate gate;
+  auto a = s.sys.spawn<caf::lazy_init>(relay, &log, std::string("a"), probe_actor{});
+  gate.deliver(s.sys, a, 6);
+  auto seen = log.take();
+  REQUIRE(seen.size() == 2);
+  CHECK(seen[0].thread == std::this_thread::get_id());
+  CHECK_FALSE(gate.closed());
+
+  gate.close_and_wait(std::chrono::seconds(1));
+  CHECK(gate.closed());
+  gate.deliver(s.sys, a, 7);
+  seen = wait_for(log, 4);
+  CHECK(seen[2].what == "a got 7");
+  CHECK(seen[2].on_caf_thread);
+
+  gate.seal_and_wait(std::chrono::seconds(1));
+  gate.close();  // a seal is never undone
+  bool ran = false;
+  gate.guarded([&] { ran = true; });
+  gate.deliver(s.sys, a, 8);
+  gate.post(s.sys, a, 9);
+  CHECK_FALSE(ran);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // what a dropped message would need to arrive
+  CHECK(log.take().size() == 4);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
