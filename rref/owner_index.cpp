@@ -46,8 +46,14 @@ void OwnerIndex::added(RRefId id, std::shared_ptr<Holder> holder, std::shared_pt
 }
 
 void OwnerIndex::removed(RRefId id) {
+  // The value may end with its entry (a user object's destructor, which may
+  // make an RRef of its own and so come back here): after the lock.
+  Entry gone;
   std::lock_guard<std::mutex> lock(mtx_);
-  entries_.erase(id);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  gone = std::move(it->second);
+  entries_.erase(it);
 }
 
 std::vector<OwnedRRefInfo> OwnerIndex::owned() const {

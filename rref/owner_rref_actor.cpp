@@ -104,13 +104,18 @@ bool run_method(owner_pointer self, OwnerCall&& call) {
   auto ctx = call.request.autograd.context;
   bool accepted = rt->post([rt, life = rt->lifetime(), me, object, method, fn, ctx, args = std::move(call.request.args),
                             done]() mutable {
-    ContextScope scope(rt->autograd(), ctx);  // nested calls join the caller's autograd context
-    try {
-      method->invoke(object.get(), std::move(args), done);
-    } catch (...) {
-      done(Outcome::failure(error_from_exception(std::current_exception(), rt->name(), "method '" + fn + "'")));
+    {
+      ContextScope scope(rt->autograd(), ctx);  // nested calls join the caller's autograd context
+      try {
+        method->invoke(object.get(), std::move(args), done);
+      } catch (...) {
+        done(Outcome::failure(error_from_exception(std::current_exception(), rt->name(), "method '" + fn + "'")));
+      }
     }
-    deliver_while_alive(life, me, released_atom::value);  // the object is free again
+    // The object is free again. After the scope: the owner (and what it
+    // wakes) may run on this thread now, and must not see the caller's
+    // autograd context as its own.
+    deliver_while_alive(life, me, released_atom::value);
   });
   if (!accepted)
     return fail(ErrorKind::Remote, "worker " + rt->name() + " cannot run '" + fn + "': its executor is saturated or stopped");
