@@ -2,12 +2,11 @@
 // backward messages to contexts, the container of contexts.
 #include "engine/autograd_runtime.hpp"
 
-#include <thread>
-
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
 #include <torch/csrc/autograd/variable.h>
 
+#include "actors/hooks/thread_autograd_context.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "actors/calls/thread_context.hpp"
 #include "engine/gradient_store.hpp"
@@ -15,11 +14,8 @@
 #include "engine/lineage.hpp"
 
 namespace castor::detail {
-namespace {
-thread_local ContextId tl_context;
-}  // namespace
 
-ContextId current_context_of_thread() { return tl_context; }
+ContextId current_context_of_thread() { return thread_autograd_context(); }
 
 AutogradRuntime& autograd_runtime(WorkerServices& rt) { return static_cast<AutogradRuntime&>(*rt.autograd()); }
 
@@ -30,13 +26,9 @@ AutogradRuntime::~AutogradRuntime() { stop(); }
 
 AutogradMode AutogradRuntime::mode() const { return rt_.options().autograd_mode; }
 
-ContextId AutogradRuntime::current_context() const { return tl_context; }
+ContextId AutogradRuntime::current_context() const { return thread_autograd_context(); }
 
-ContextId AutogradRuntime::set_current_context(ContextId ctx) {
-  auto previous = tl_context;
-  tl_context = ctx;
-  return previous;
-}
+ContextId AutogradRuntime::set_current_context(ContextId ctx) { return exchange_thread_autograd_context(ctx); }
 
 context_actor AutogradRuntime::context(ContextId id, bool create) {
   std::lock_guard<std::mutex> lock(mtx_);

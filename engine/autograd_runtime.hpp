@@ -76,7 +76,7 @@ class AutogradRuntime : public AutogradHooks {
   /// scheduler (D8).
   template <class Handle, class... Ts>
   void deliver(const Handle& dest, Ts&&... xs) {
-    gate_.deliver(system(), dest, std::forward<Ts>(xs)...);
+    gate_.deliver(&system(), dest, std::forward<Ts>(xs)...);
   }
   IdGenerator<AutogradMessageId> message_ids;
 

@@ -40,9 +40,12 @@ bool Holder::is_set() const {
 }
 
 bool Holder::wait(std::optional<std::chrono::milliseconds> timeout) const {
-  std::unique_lock<std::mutex> lock(mtx_);
-  if (set_) return true;
+  if (is_set()) return true;
+  // Before our lock: a guard may end the tasks its executor refuses, whose
+  // captures may end RRef handles (Note [Actors run where their messages
+  // arrive], D9).
   WaitGuard guard;
+  std::unique_lock<std::mutex> lock(mtx_);
   if (!timeout) {
     cv_.wait(lock, [&] { return set_; });
     return true;

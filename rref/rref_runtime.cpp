@@ -27,15 +27,22 @@ void RRefRuntime::stop() {
   context_ = nullptr;
 }
 
-void RRefRuntime::fork_for(Value& v, WorkerId to) {
+void RRefRuntime::fork_for(Value& v, WorkerId to) { make_forks(v, to, /*post=*/false); }
+
+void RRefRuntime::fork_for_reply(Value& v, WorkerId to) { make_forks(v, to, /*post=*/true); }
+
+void RRefRuntime::make_forks(Value& v, WorkerId to, bool post) {
   v.for_each_rref([&](RRefValue& rv) {
     auto s = state_of(rv);
     if (!s || to == rt_.rank()) return;  // a call to ourselves passes the handle itself
     auto [recipe, restarts] = s->restart_recipe();
     auto life = s->is_owner() ? rt_.options().incarnation : s->owner_incarnation.load();
     rv.data = RRefForkData{s->owner, s->id, fork_ids.next(), rt_.rank(), s->type_name, life, restarts, recipe};
-    // D9: a reply's value is encoded under the teardown gate's lock.
-    gate_.post(*system_, context_, ForkRegistration{s, rv.data.fork_id, to});
+    ForkRegistration registration{s, rv.data.fork_id, to};
+    if (post)
+      gate_.post(system_, context_, std::move(registration));  // D9: under the caller's lock
+    else
+      gate_.deliver(system_, context_, std::move(registration));
   });
 }
 
@@ -177,7 +184,7 @@ void RRefRuntime::state_dropped(RRefState& s) {
   if (!s.is_owner()) counters_->user_rrefs.fetch_sub(1);
   if (s.released.load()) return;
   // D9: a handle ends wherever its last copy dies, perhaps under a lock.
-  gate_.post(*system_, context_, StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
+  gate_.post(system_, context_, StateDropped{s.id, s.fork, s.owner, s.is_owner(), s.owner_incarnation});
 }
 
 RRefRuntime& rref_runtime(WorkerServices& rt) { return static_cast<RRefRuntime&>(*rt.rrefs()); }

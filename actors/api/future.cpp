@@ -123,14 +123,20 @@ void wait_all_or_first_error(const std::vector<FutureCore*>& futures) {
       // cost the replies' thread a futex call and the waiter a switch each.
       if (over) board->cv.notify_all();
     });
+  auto over = [&] { return board->left == 0 || board->first_error.has_value(); };
+  bool blocks;
+  {
+    std::lock_guard<std::mutex> lock(board->mtx);
+    blocks = !over();
+  }
   std::optional<ErrorInfo> failed;
   {
+    // A wait that blocks follows Future::wait's rules; its guard comes before
+    // the board's lock, as Holder::wait's does.
+    std::optional<WaitGuard> guard;
+    if (blocks) guard.emplace();
     std::unique_lock<std::mutex> lock(board->mtx);
-    auto over = [&] { return board->left == 0 || board->first_error.has_value(); };
-    if (!over()) {
-      WaitGuard guard;  // a wait that blocks follows Future::wait's rules
-      board->cv.wait(lock, over);
-    }
+    board->cv.wait(lock, over);
     failed = board->first_error;
   }
   if (failed) throw_rpc_error(std::move(*failed));

@@ -12,6 +12,7 @@
 #include <caf/resumable.hpp>
 
 #include "actors/calls/thread_context.hpp"
+#include "actors/hooks/thread_autograd_context.hpp"
 
 namespace castor::detail {
 namespace {
@@ -60,11 +61,13 @@ void deliver_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbo
   ArrivalRunner runner(sys);
   tl_runner = &runner;
   struct Reset {
+    ContextId callers_context;
     ~Reset() {
       tl_runner = nullptr;
-      caf::logger::set_current_actor_system(nullptr);  // D5
+      exchange_thread_autograd_context(callers_context);  // D7
+      caf::logger::set_current_actor_system(nullptr);     // D5
     }
-  } reset;
+  } reset{exchange_thread_autograd_context(ContextId{})};
   c10::InferenceMode default_autograd_state(false);  // D7
   dest->enqueue(std::move(msg), &runner);
   runner.run_all();

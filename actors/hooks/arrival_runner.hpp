@@ -56,8 +56,11 @@ namespace castor::detail {
 //     request: its interface is reacts_to only) except from its own
 //     handlers, where CAF sets the unit anew.
 //  D7 Whichever thread runs them, the handlers see libtorch's default
-//     autograd state (a caller's NoGradGuard or InferenceMode stays its
-//     own): the outermost delivery sets it around its queue.
+//     autograd state and no distributed autograd context of castor's (a
+//     caller's NoGradGuard, InferenceMode or castor::autograd::Context, an
+//     executor's ContextScope, stays its own, so a call a handler starts is
+//     never recorded in the context of the thread that delivered): the
+//     outermost delivery sets both around its queue and restores them.
 //  D8 A worker that stops (AutogradRuntime::stop, RRefRuntime::stop) waits
 //     for the deliveries running on its threads, and later ones go to CAF's
 //     scheduler: an actor that ends must end before its actor system does,
@@ -98,27 +101,18 @@ void post_here(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
 /// D8: the deliveries of one layer (autograd, RRefs) to its actors, counted
 /// while they run so that its stop can wait for them. Once closed, a
 /// delivery goes through CAF's scheduler; once sealed, it is dropped (its
-/// actors ended) and nothing reads the handle it names.
+/// actors ended) and nothing reads the handle it names, nor `sys`.
 class ArrivalGate {
  public:
+  /// deliver_here, counted.
   template <class Handle, class... Ts>
-  void deliver(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
-    pass([&](bool open) {
-      if (open)
-        deliver_here(sys, dest, std::forward<Ts>(xs)...);
-      else
-        caf::anon_send(dest, std::forward<Ts>(xs)...);
-    });
+  void deliver(caf::actor_system* sys, const Handle& dest, Ts&&... xs) {
+    pass_on(&deliver_here, sys, dest, std::forward<Ts>(xs)...);
   }
   /// D9: post_here, counted and closed as deliver is.
   template <class Handle, class... Ts>
-  void post(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
-    pass([&](bool open) {
-      if (open)
-        post_here(sys, dest, std::forward<Ts>(xs)...);
-      else
-        caf::anon_send(dest, std::forward<Ts>(xs)...);
-    });
+  void post(caf::actor_system* sys, const Handle& dest, Ts&&... xs) {
+    pass_on(&post_here, sys, dest, std::forward<Ts>(xs)...);
   }
   /// Runs `f` unless sealed, counted as a delivery (what reads a handle
   /// that the sealing thread resets after).
@@ -136,6 +130,16 @@ class ArrivalGate {
 
  private:
   static constexpr int kOpen = 0, kClosed = 1, kSealed = 2;
+  using Handover = void (*)(caf::actor_system&, caf::abstract_actor*, caf::mailbox_element_ptr);
+  template <class Handle, class... Ts>
+  void pass_on(Handover open_way, caf::actor_system* sys, const Handle& dest, Ts&&... xs) {
+    pass([&](bool open) {  // `dest` is read only inside: its owner resets it once sealed
+      if (!dest) return;
+      if (!open) return caf::anon_send(dest, std::forward<Ts>(xs)...);
+      open_way(*sys, caf::actor_cast<caf::abstract_actor*>(dest),
+               caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::forward<Ts>(xs)...));
+    });
+  }
   template <class F>
   void pass(F&& f) {
     running_.fetch_add(1);  // before the state is read: a sealer waits for us, or we see the seal

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include <c10/core/GradMode.h>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
@@ -22,6 +23,7 @@
 #include "actors/api/worker_options.hpp"
 #include "actors/calls/thread_context.hpp"
 #include "actors/hooks/arrival_runner.hpp"
+#include "actors/hooks/thread_autograd_context.hpp"
 #include "actors/transport/caf_config.hpp"
 
 using castor::detail::deliver_here;
@@ -210,7 +212,7 @@ TEST_CASE("a gate runs deliveries here while open, schedules them once closed, a
   Log log;
   castor::detail::ArrivalGate gate;
   auto a = s.sys.spawn<caf::lazy_init>(relay, &log, std::string("a"), probe_actor{});
-  gate.deliver(s.sys, a, 6);
+  gate.deliver(&s.sys, a, 6);
   auto seen = log.take();
   REQUIRE(seen.size() == 2);
   CHECK(seen[0].thread == std::this_thread::get_id());
@@ -218,7 +220,7 @@ TEST_CASE("a gate runs deliveries here while open, schedules them once closed, a
 
   gate.close_and_wait(std::chrono::seconds(1));
   CHECK(gate.closed());
-  gate.deliver(s.sys, a, 7);
+  gate.deliver(&s.sys, a, 7);
   seen = wait_for(log, 4);
   CHECK(seen[2].what == "a got 7");
   CHECK(seen[2].on_caf_thread);
@@ -227,10 +229,47 @@ TEST_CASE("a gate runs deliveries here while open, schedules them once closed, a
   gate.close();  // a seal is never undone
   bool ran = false;
   gate.guarded([&] { ran = true; });
-  gate.deliver(s.sys, a, 8);
-  gate.post(s.sys, a, 9);
+  gate.deliver(&s.sys, a, 8);
+  gate.post(&s.sys, a, 9);
   CHECK_FALSE(ran);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // what a dropped message would need to arrive
   CHECK(log.take().size() == 4);
   caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+}
+
+namespace {
+
+struct AutogradState {
+  bool grad_enabled = false;
+  castor::ContextId context;
+};
+
+// Records the autograd state its handler runs under.
+probe_actor::behavior_type state_recorder(probe_actor::pointer, std::promise<AutogradState>* seen) {
+  return {[=](int) { seen->set_value({c10::GradMode::is_enabled(), castor::detail::thread_autograd_context()}); }};
+}
+
+}  // namespace
+
+TEST_CASE("the actors a delivery runs see libtorch's default state and no autograd context, and the caller's come back after (D7)") {
+  System s;
+  std::promise<AutogradState> seen;
+  auto recorded = seen.get_future();
+  auto recorder = s.sys.spawn<caf::lazy_init>(state_recorder, &seen);
+  castor::ContextId callers{(uint64_t{3} << 40) | 17};
+  auto before = castor::detail::exchange_thread_autograd_context(callers);
+  {
+    c10::NoGradGuard no_grad;
+    deliver_here(s.sys, recorder, 1);
+    // It ran before deliver_here returned (D1): nothing to wait for.
+    REQUIRE(recorded.wait_for(std::chrono::seconds(0)) == std::future_status::ready);
+    auto inside = recorded.get();
+    CHECK(inside.grad_enabled);
+    CHECK_FALSE(inside.context.valid());
+    // The caller's own state is back once the delivery returned.
+    CHECK_FALSE(c10::GradMode::is_enabled());
+    CHECK(castor::detail::thread_autograd_context() == callers);
+  }
+  castor::detail::exchange_thread_autograd_context(before);
+  caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
 }
