@@ -27,7 +27,9 @@ class RRefHooks {
 
   /// Sending side, any thread holding no lock of castor's: every local RRef
   /// in `v` becomes a fork for worker `to` (registered before the message
-  /// leaves, see Note [RRef protocol]), by the RRef context run in place.
+  /// leaves, see Note [RRef protocol]), by the RRef context run in place
+  /// (so the caller runs what the context has queued before its request
+  /// leaves, as a link's reader does).
   virtual void fork_for(Value& v, WorkerId to) = 0;
   /// The same for a reply, encoded under the replier's teardown gate: the
   /// registrations are posted (D9 of Note [Actors run where their messages

@@ -252,12 +252,15 @@ probe_actor::behavior_type state_recorder(probe_actor::pointer, std::promise<Aut
 }  // namespace
 
 TEST_CASE("the actors a delivery runs see libtorch's default state and no autograd context, and the caller's come back after (D7)") {
+  std::promise<AutogradState> seen;  // outlives the actor system, whichever thread sets it
   System s;
-  std::promise<AutogradState> seen;
   auto recorded = seen.get_future();
   auto recorder = s.sys.spawn<caf::lazy_init>(state_recorder, &seen);
   castor::ContextId callers{(uint64_t{3} << 40) | 17};
-  auto before = castor::detail::exchange_thread_autograd_context(callers);
+  struct Restore {  // the thread's own context comes back even if a REQUIRE ends the test
+    castor::ContextId previous;
+    ~Restore() { castor::detail::exchange_thread_autograd_context(previous); }
+  } restore{castor::detail::exchange_thread_autograd_context(callers)};
   {
     c10::NoGradGuard no_grad;
     deliver_here(s.sys, recorder, 1);
@@ -270,6 +273,5 @@ TEST_CASE("the actors a delivery runs see libtorch's default state and no autogr
     CHECK_FALSE(c10::GradMode::is_enabled());
     CHECK(castor::detail::thread_autograd_context() == callers);
   }
-  castor::detail::exchange_thread_autograd_context(before);
   caf::anon_send_exit(recorder, caf::exit_reason::user_shutdown);
 }
