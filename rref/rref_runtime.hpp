@@ -32,7 +32,6 @@ class RRefRuntime : public RRefHooks {
 
   // RRefHooks
   void fork_for(Value& v, WorkerId to) override;
-  void fork_for_reply(Value& v, WorkerId to) override;
   void convert_arguments(const CallRequest& req, std::vector<Value>& args) override;
   bool wants(const CallRequest& req) const override;
   std::optional<std::string> foreign_rref(const std::vector<Value>& args) const override;
@@ -94,8 +93,6 @@ class RRefRuntime : public RRefHooks {
   // stop()).
   ArrivalGate gate_;
   caf::actor_system* system_;
-  // fork_for, fork_for_reply: `post` when the caller may hold a lock of ours (D9).
-  void make_forks(Value& v, WorkerId to, bool post);
   template <class... Ts>
   void to_context(Ts&&... xs) {
     deliver(context_, std::forward<Ts>(xs)...);

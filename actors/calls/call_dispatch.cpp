@@ -90,7 +90,7 @@ Completion make_replier(Runtime* rt, caf::strong_actor_ptr caller, const CallReq
     if (caller) {
       auto to = caf::actor_cast<worker_peer>(caller);
       if (reply.ok && !to_self) {
-        if (rt->rrefs && reply.result.contains_rref()) rt->rrefs->fork_for_reply(reply.result, caller_rank);
+        if (rt->rrefs && reply.result.contains_rref()) rt->rrefs->fork_for(reply.result, caller_rank);
         if (rt->bulk && rt->bulk->try_send(caller_rank, reply)) {  // B8 of Note [Bulk path]
           rt->counters.in_flight.fetch_sub(1, std::memory_order_acq_rel);
           return;

@@ -70,7 +70,7 @@ void Runtime::start_call(WorkerId to, CallRequest&& req, std::chrono::millisecon
   }
   if (rrefs)
     for (auto& a : req.args)
-      if (a.contains_rref()) rrefs->fork_for(a, to);  // before the request leaves; no lock held here
+      if (a.contains_rref()) rrefs->fork_for(a, to);  // before the request leaves
   // Inside an autograd context the call records a SendRpcBackward here (a
   // call to ourselves keeps its tensors in the local graph instead).
   auto ctx = req.autograd.context.valid() || !autograd ? req.autograd.context : autograd->current_context();

@@ -25,16 +25,12 @@ class RRefHooks {
  public:
   virtual ~RRefHooks() = default;
 
-  /// Sending side, any thread holding no lock of castor's: every local RRef
-  /// in `v` becomes a fork for worker `to` (registered before the message
-  /// leaves, see Note [RRef protocol]), by the RRef context run in place
-  /// (so the caller runs what the context has queued before its request
-  /// leaves, as a link's reader does).
+  /// Sending side, any thread: every local RRef in `v` becomes a fork for
+  /// worker `to` (registered before the message leaves, see Note [RRef
+  /// protocol]). The registrations are posted (D9 of Note [Actors run where
+  /// their messages arrive]): a reply is encoded under the replier's
+  /// teardown gate, and a request leaves sooner when another core registers.
   virtual void fork_for(Value& v, WorkerId to) = 0;
-  /// The same for a reply, encoded under the replier's teardown gate: the
-  /// registrations are posted (D9 of Note [Actors run where their messages
-  /// arrive]).
-  virtual void fork_for_reply(Value& v, WorkerId to) = 0;
 
   /// A reply carrying RRefs arrived: its forks become local references, then
   /// `done` gets the value.
