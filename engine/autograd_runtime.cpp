@@ -15,8 +15,6 @@
 
 namespace castor::detail {
 
-ContextId current_context_of_thread() { return thread_autograd_context(); }
-
 AutogradRuntime& autograd_runtime(WorkerServices& rt) { return static_cast<AutogradRuntime&>(*rt.autograd()); }
 
 AutogradRuntime::AutogradRuntime(WorkerServices& rt)

@@ -108,7 +108,4 @@ class AutogradRuntime : public AutogradHooks {
 
 AutogradRuntime& autograd_runtime(WorkerServices& rt);
 
-/// The autograd context active on the calling thread (any worker).
-ContextId current_context_of_thread();
-
 }  // namespace castor::detail

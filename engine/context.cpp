@@ -3,6 +3,7 @@
 
 #include <caf/send.hpp>
 
+#include "actors/hooks/thread_autograd_context.hpp"
 #include "actors/hooks/worker_services.hpp"
 #include "engine/autograd_runtime.hpp"
 #include "engine/gradient_store.hpp"
@@ -94,8 +95,8 @@ GradientMap get_gradients(Worker& w, int64_t context_id) {
 GradientMap get_gradients(int64_t context_id) { return get_gradients(current_worker(), context_id); }
 
 int64_t current_context_id() {
-  // The thread-local is the engine's; any worker's runtime reads the same one.
-  return detail::current_context_of_thread().as_int();
+  // One per thread, whichever worker's runtime set it.
+  return detail::thread_autograd_context().as_int();
 }
 
 }  // namespace castor::autograd
