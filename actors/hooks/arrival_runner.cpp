@@ -51,6 +51,8 @@ thread_local ArrivalRunner* tl_runner = nullptr;
 
 }  // namespace
 
+bool running_arrivals() { return tl_runner != nullptr; }
+
 void deliver_here(caf::actor_system& sys, caf::abstract_actor* dest, caf::mailbox_element_ptr msg) {
   if (on_caf_thread()) return dest->enqueue(std::move(msg), nullptr);  // D4
   if (tl_runner) {

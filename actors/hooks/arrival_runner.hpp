@@ -86,6 +86,10 @@ void deliver_here(caf::actor_system& sys, const Handle& dest, Ts&&... xs) {
                caf::make_mailbox_element(nullptr, caf::make_message_id(), {}, std::forward<Ts>(xs)...));
 }
 
+/// Whether this thread is running a runner now (D3: what it runs must not
+/// block, so a send from there never waits, e.g. for a link's dial).
+bool running_arrivals();
+
 /// D9: like deliver_here, but `dest` never runs inside the caller's frame:
 /// a thread that is running a runner queues it behind the running job,
 /// another thread has it scheduled by CAF.

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -528,6 +529,62 @@ TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
   CHECK(at::equal(out, big));
   CHECK(bulk_sent(world[0]) == 0);
   CHECK(eventually([&] { return bulk_sent(world[1]) == 1; }));  // the reply still took worker1's own link
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("a link's reader never waits for a dial: a large reply from there goes through CAF while the writer opens the link (B8)") {
+  LocalWorld world(2);
+  // worker1 finds worker0's bulk port at a listener of this test's that
+  // takes the connection and never greets: worker1's dial of its link to
+  // worker0 waits there until the dial's deadline, then closes it.
+  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(listener >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::listen(listener, 4) == 0);
+  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  auto& rt1 = castor::testing::runtime(world[1]);
+  rt1.membership.update([&](const castor::detail::World& w) {
+    auto members = w.members();
+    members[0].bulk_port = ntohs(addr.sin_port);
+    return w.with_members(std::move(members));
+  });
+  std::atomic<bool> dialed{false}, dial_over{false};
+  std::thread silent([&] {
+    pollfd p{listener, POLLIN, 0};
+    if (::poll(&p, 1, 30000) != 1) return;
+    int c = ::accept(listener, nullptr, nullptr);
+    dialed = true;
+    char byte;
+    p = pollfd{c, POLLIN, 0};  // the dialer sends nothing before the door's greeting: what ends is the dial
+    if (::poll(&p, 1, 30000) == 1) (void)::recv(c, &byte, 1, 0);
+    dial_over = true;
+    ::close(c);
+  });
+  // worker0's small calls open its link into worker1 (B11: after kOpenAfter);
+  // worker1's replies to them start the writer that dials worker0.
+  auto x = at::ones({4});
+  CHECK(eventually([&] {
+    CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x));
+    return lane_received(world[1]) > 0 && dialed.load();
+  }));
+  REQUIRE_MESSAGE(!dial_over.load(), "the dial ended before the test came to its large reply");
+  // A builtin with small arguments runs on worker1's reader, which read the
+  // call (B8), and its result is large: the reply leaves at once.
+  auto out = bounded(milliseconds(30000), "a large reply from a link's reader",
+                     [&] { return world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", int64_t(1) << 20); });
+  CHECK_MESSAGE(!dial_over.load(), "the reply waited for worker1's dial of its link to worker0");
+  CHECK(at::equal(out, at::arange(int64_t(1) << 20)));
+  CHECK(bulk_sent(world[1]) == 0);
+  // The dial gives up; worker1 keeps serving through CAF.
+  silent.join();
+  CHECK(dial_over.load());
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", int64_t(1) << 20), out));
+  ::close(listener);
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

@@ -89,7 +89,7 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
 
 }  // namespace
 
-BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
+BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
   // Until init is done the peers' bulk ports may still be filled in (Note
   // [Masterless join]); a call served that early goes through CAF.
   if (rt_.state.load() == RunState::starting) return nullptr;
@@ -126,11 +126,11 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, bool wait) {
   if (link->stream.fd() >= 0) return link;
   // B11: small messages open the link only once kOpenAfter of them went
   // through CAF to this peer; a large one opens it at once.
-  if (!wait && ++link->sent_unopened < kOpenAfter) return nullptr;
+  if (how == Open::after_some && ++link->sent_unopened < kOpenAfter) return nullptr;
   // B8: the link's writer opens it, so that no sender (which may be a CAF
   // thread) waits on a dial or a greeting it did not ask to wait for.
   if (!start_writer(*link)) return nullptr;
-  if (!wait) return nullptr;
+  if (how != Open::and_wait) return nullptr;
   link->cv.wait(lock, [&] { return link->stream.fd() >= 0 || link->broken || stopping_; });
   return link->stream.fd() >= 0 && !link->broken && !stopping_ ? link : nullptr;
 }

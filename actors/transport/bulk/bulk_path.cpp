@@ -10,6 +10,8 @@
 #include <caf/make_message.hpp>
 
 #include "actors/api/errors.hpp"
+#include "actors/calls/thread_context.hpp"
+#include "actors/hooks/arrival_runner.hpp"
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_link.hpp"
 #include "actors/transport/bulk/bulk_receiver.hpp"
@@ -100,7 +102,10 @@ namespace castor::detail {
 //      never takes others' frames (B12), and a frame with large tensors
 //      always goes to the writer (B7's answer is read by the writing
 //      thread). Handing those replies to the writer cost a thread wake per
-//      small builtin call.
+//      small builtin call. Nor does it wait for a link to open: a large
+//      message from a thread that must not wait (a reader, one of CAF's, one
+//      running woken actors) goes through CAF while the writer dials, as a
+//      small one does before kOpenAfter (may_wait_for_dial).
 //  B9. Few syscalls per small frame. The receiver reads what a link's
 //      socket holds (up to 64 KiB) and takes a frame's fields from there, so
 //      a small frame costs one recv or less, not one per field; a read of
@@ -221,6 +226,16 @@ bool continues_stream(const PendingCalls& pending, const BulkPath::Link* link, C
   last_calls[1] = id;
   return stream;
 }
+
+// B8: which threads may wait for a link's dial. Not a link's reader: it
+// answers the greetings of its peers' dials, so readers waiting on dials
+// into each other's workers would each wait out the greeting's limit (and
+// then send through CAF for good: the links broke), and a waiting reader
+// holds every link into its worker. Nor one of CAF's threads, nor one
+// running the actors a message woke (D3 of Note [Actors run where their
+// messages arrive]). Their large messages go through CAF while the writer
+// opens the link for the next ones.
+bool may_wait_for_dial() { return !on_receiver_thread && !on_caf_thread() && !running_arrivals(); }
 }  // namespace
 
 // Under the link's lock from the check to the hand-off: a link that breaks
@@ -229,12 +244,13 @@ bool continues_stream(const PendingCalls& pending, const BulkPath::Link* link, C
 bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Value*>& values,
                     const std::function<std::vector<char>()>& encode, const std::function<caf::message()>& fallback) {
   // B8: a call or reply with a large tensor waits for the link to open (it
-  // is what the link is for); any other message goes through CAF until it
-  // is open, and so does every protocol message (B10: their senders run on
-  // CAF's multiplexer or a link's reader, which must never wait for a dial).
+  // is what the link is for) when its thread may wait; any other message
+  // goes through CAF until it is open, and so does every protocol message
+  // (B10: their senders are actors, which never wait for a dial).
   bool large = false;
   for (auto* v : values) large = large || has_large(*v, rt_.opts.bulk_threshold);
-  auto* link = link_to(to, large && !fallback);
+  auto how = !large || fallback ? Open::after_some : may_wait_for_dial() ? Open::and_wait : Open::now;
+  auto* link = link_to(to, how);
   if (!link) return false;
   bool pipelined = type == kRequest && continues_stream(rt_.pending, link, id);
   Frame frame;

@@ -64,7 +64,13 @@ class BulkPath {
   struct Link;  // bulk_link.hpp
 
  private:
-  Link* link_to(WorkerId to, bool wait);            // bulk_link.cpp
+  /// How link_to opens a link that is not open yet (B8, B11).
+  enum class Open {
+    after_some,  // once kOpenAfter messages went through CAF; never waits
+    now,         // dial now, do not wait: this message goes through CAF
+    and_wait,    // dial now and wait for the link
+  };
+  Link* link_to(WorkerId to, Open how);            // bulk_link.cpp
   bool start_writer(Link& link);                    // bulk_link.cpp
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
