@@ -533,7 +533,7 @@ TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
   CHECK_FALSE(world.leaked());
 }
 
-TEST_CASE("a link's reader never waits for a dial: a large reply from there goes through CAF while the writer opens the link (B8)") {
+TEST_CASE("a link's reader or a CAF thread never waits for a dial: a large reply from there goes through CAF while the writer opens the link (B8)") {
   LocalWorld world(2);
   // worker1 finds worker0's bulk port at a listener of this test's that
   // takes the connection and never greets: worker1's dial of its link to
@@ -554,7 +554,16 @@ TEST_CASE("a link's reader never waits for a dial: a large reply from there goes
     return w.with_members(std::move(members));
   });
   std::atomic<bool> dialed{false}, dial_over{false};
-  std::thread silent([&] {
+  std::thread silent;
+  struct Join {  // also when a REQUIRE ends the test: its waits are bounded
+    std::thread& t;
+    int fd;
+    ~Join() {
+      if (t.joinable()) t.join();
+      ::close(fd);
+    }
+  } join{silent, listener};
+  silent = std::thread([&] {
     pollfd p{listener, POLLIN, 0};
     if (::poll(&p, 1, 30000) != 1) return;
     int c = ::accept(listener, nullptr, nullptr);
@@ -565,26 +574,33 @@ TEST_CASE("a link's reader never waits for a dial: a large reply from there goes
     dial_over = true;
     ::close(c);
   });
-  // worker0's small calls open its link into worker1 (B11: after kOpenAfter);
-  // worker1's replies to them start the writer that dials worker0.
+  // A builtin with small arguments runs where its call arrives, and its
+  // result is large (512 KiB, over bulk_threshold). The first call comes
+  // through CAF (no link is open yet) and runs on one of worker1's CAF
+  // threads: the reply starts the dial of worker1's link and leaves at once.
+  const int64_t n = int64_t(1) << 16;
+  auto first = bounded(milliseconds(30000), "a large reply from a CAF thread",
+                       [&] { return world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", n); });
+  CHECK_MESSAGE(!dial_over.load(), "the reply waited on worker1's CAF thread for its dial of the link to worker0");
+  CHECK(at::equal(first, at::arange(n)));
+  CHECK(eventually([&] { return dialed.load(); }));
+  // worker0's small calls open its link into worker1 (B11: after kOpenAfter).
   auto x = at::ones({4});
   CHECK(eventually([&] {
     CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", x), x));
-    return lane_received(world[1]) > 0 && dialed.load();
+    return lane_received(world[1]) > 0;
   }));
-  REQUIRE_MESSAGE(!dial_over.load(), "the dial ended before the test came to its large reply");
-  // A builtin with small arguments runs on worker1's reader, which read the
-  // call (B8), and its result is large: the reply leaves at once.
+  REQUIRE_MESSAGE(!dial_over.load(), "the dial ended before the test came to its large reply from the reader");
+  // Now the call comes on the link and runs on worker1's reader (B8).
   auto out = bounded(milliseconds(30000), "a large reply from a link's reader",
-                     [&] { return world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", int64_t(1) << 20); });
-  CHECK_MESSAGE(!dial_over.load(), "the reply waited for worker1's dial of its link to worker0");
-  CHECK(at::equal(out, at::arange(int64_t(1) << 20)));
+                     [&] { return world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", n); });
+  CHECK_MESSAGE(!dial_over.load(), "the reply waited on worker1's reader for its dial of the link to worker0");
+  CHECK(at::equal(out, at::arange(n)));
   CHECK(bulk_sent(world[1]) == 0);
   // The dial gives up; worker1 keeps serving through CAF.
   silent.join();
   CHECK(dial_over.load());
-  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", int64_t(1) << 20), out));
-  ::close(listener);
+  CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", n), out));
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

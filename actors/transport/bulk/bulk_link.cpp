@@ -124,11 +124,12 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
   // this link already, and would never join a writer started now.
   if (link->broken || stopping_) return nullptr;
   if (link->stream.fd() >= 0) return link;
-  // B11: small messages open the link only once kOpenAfter of them went
-  // through CAF to this peer; a large one opens it at once.
+  // B11: small messages (and protocol messages) open the link only once
+  // kOpenAfter of them went through CAF to this peer; a large call or reply
+  // opens it at once.
   if (how == Open::after_some && ++link->sent_unopened < kOpenAfter) return nullptr;
-  // B8: the link's writer opens it, so that no sender (which may be a CAF
-  // thread) waits on a dial or a greeting it did not ask to wait for.
+  // B8: the link's writer dials, so that only a sender that chose to wait
+  // (Open::and_wait: never a reader, a CAF thread or a runner) waits for it.
   if (!start_writer(*link)) return nullptr;
   if (how != Open::and_wait) return nullptr;
   link->cv.wait(lock, [&] { return link->stream.fd() >= 0 || link->broken || stopping_; });

@@ -41,7 +41,9 @@ class BulkPath {
   /// idle and `msg` has no large tensor, else through the link's writer, and
   /// B13 a request of a stream of calls through the writer too);
   /// false (and `msg` untouched) when the link to `to` cannot be opened or
-  /// is broken: the caller sends through CAF instead.
+  /// is broken, or is not open yet and this message does not wait for it
+  /// (a small one, or one from a thread that must not wait: B8, B11): the
+  /// caller sends through CAF instead.
   bool try_send(WorkerId to, CallRequest& msg);
   bool try_send(WorkerId to, CallReply& msg);
   /// B10: a protocol message for the peer's worker actor, only when the
