@@ -86,4 +86,10 @@ ErrorInfo no_value_error(RRefId id, const std::string& owner, const ErrorInfo& c
                         " has no value: the call that was to create it failed: " + cause.message);
 }
 
+ErrorInfo not_an_object_error(RRefId id, const std::string& owner, const std::string& method) {
+  return make_error(ErrorKind::Lookup, owner,
+                    "worker " + owner + ": RRef " + to_string(id) + " holds a value, not an object; it has no method '" +
+                        method + "'");
+}
+
 }  // namespace castor::detail

@@ -61,4 +61,7 @@ class Holder {
 /// with `cause`: "RRef ... owned by worker ... has no value: ...".
 ErrorInfo no_value_error(RRefId id, const std::string& owner, const ErrorInfo& cause);
 
+/// The error of a method call on an RRef whose holder holds a value.
+ErrorInfo not_an_object_error(RRefId id, const std::string& owner, const std::string& method);
+
 }  // namespace castor::detail

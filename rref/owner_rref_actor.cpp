@@ -78,10 +78,10 @@ bool run_method(owner_pointer self, OwnerCall&& call) {
     return false;
   };
   if (auto err = st.holder->error()) return fail(err->kind, no_value_error(st.id, rt->name(), *err).message);
-  if (!st.holder->holds_object())
-    return fail(ErrorKind::Lookup, "worker " + rt->name() + ": RRef " + to_string(st.id) +
-                                       " holds a value, not an object; it has no method '" + call.request.function +
-                                       "'");
+  if (!st.holder->holds_object()) {
+    call.done(Outcome::failure(not_an_object_error(st.id, rt->name(), call.request.function)));
+    return false;
+  }
   const auto* cls = st.holder->cls();
   const auto* method = cls->method(call.request.function);
   if (!method)

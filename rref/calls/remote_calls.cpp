@@ -100,6 +100,9 @@ void dispatch(context_pointer self, IncomingCall&& ic) {
         return reply(Outcome::failure(err ? no_value_error(req.target, rt->name(), *err)
                                           : gone_error(self, req.target)));
       }
+      // A value (not an object) has no methods: no actor is spawned to say so.
+      if (!slot->actor && holder->is_set() && !holder->error() && !holder->holds_object())
+        return reply(Outcome::failure(not_an_object_error(req.target, rt->name(), req.function)));
       self->send(owner_actor(self, req.target, *slot), OwnerCall{std::move(req), std::move(reply), result});
       return;
     }

@@ -136,6 +136,10 @@ TEST_CASE("a value's owner spawns no actor until a method call needs one (Note [
   CHECK(eventually([&] { return world[1].rref_debug_info().at("num_forks") == 11; }));
   CHECK(owners_on(world[1]) == 10);
   CHECK(actors() == 0);
+  // A value has no methods: the call fails naming it, and no actor is spawned to say so.
+  CHECK(contains(error_of<LookupError>([&] { values[1].rpc_sync<int64_t>("add", 1); }),
+                 "holds a value, not an object; it has no method 'add'"));
+  CHECK(actors() == 0);
   {
     auto c = world[0].remote<Counter>("worker1", "Counter", 5);
     REQUIRE(eventually([&] { return c.confirmed_by_owner(); }));
