@@ -116,6 +116,51 @@ int threads_named(const std::string& name) {
   return n;
 }
 
+// worker1 finds worker0's bulk port at a listener of the test's that takes
+// the connection and never greets: worker1's dial of its link to worker0
+// waits there until the dial's deadline (3 s), then closes it. `dialed` once
+// it came, `dial_over` once it ended; every wait is bounded.
+struct SilentBulkPort {
+  int listener = -1;
+  std::atomic<bool> dialed{false}, dial_over{false};
+  std::thread watch;
+
+  explicit SilentBulkPort(LocalWorld& world) {
+    listener = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(listener >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener, 4) == 0);
+    REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+    castor::testing::runtime(world[1]).membership.update([&](const castor::detail::World& w) {
+      auto members = w.members();
+      members[0].bulk_port = ntohs(addr.sin_port);
+      return w.with_members(std::move(members));
+    });
+    watch = std::thread([this] {
+      pollfd p{listener, POLLIN, 0};
+      if (::poll(&p, 1, 30000) != 1) return;
+      int c = ::accept(listener, nullptr, nullptr);
+      dialed = true;
+      char byte;
+      p = pollfd{c, POLLIN, 0};  // the dialer sends nothing before the door's greeting: what ends is the dial
+      if (::poll(&p, 1, 30000) == 1) (void)::recv(c, &byte, 1, 0);
+      dial_over = true;
+      ::close(c);
+    });
+  }
+  void join() {
+    if (watch.joinable()) watch.join();
+  }
+  ~SilentBulkPort() {  // also when a REQUIRE ends the test
+    join();
+    if (listener >= 0) ::close(listener);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("large tensors take the bulk path both ways, small ones ride the same link as its lane (B8)") {
@@ -535,45 +580,9 @@ TEST_CASE("a bulk link that cannot be opened sends through CAF instead (B4)") {
 
 TEST_CASE("a link's reader or a CAF thread never waits for a dial: a large reply from there goes through CAF while the writer opens the link (B8)") {
   LocalWorld world(2);
-  // worker1 finds worker0's bulk port at a listener of this test's that
-  // takes the connection and never greets: worker1's dial of its link to
-  // worker0 waits there until the dial's deadline, then closes it.
-  int listener = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(listener >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::listen(listener, 4) == 0);
-  REQUIRE(::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  auto& rt1 = castor::testing::runtime(world[1]);
-  rt1.membership.update([&](const castor::detail::World& w) {
-    auto members = w.members();
-    members[0].bulk_port = ntohs(addr.sin_port);
-    return w.with_members(std::move(members));
-  });
-  std::atomic<bool> dialed{false}, dial_over{false};
-  std::thread silent;
-  struct Join {  // also when a REQUIRE ends the test: its waits are bounded
-    std::thread& t;
-    int fd;
-    ~Join() {
-      if (t.joinable()) t.join();
-      ::close(fd);
-    }
-  } join{silent, listener};
-  silent = std::thread([&] {
-    pollfd p{listener, POLLIN, 0};
-    if (::poll(&p, 1, 30000) != 1) return;
-    int c = ::accept(listener, nullptr, nullptr);
-    dialed = true;
-    char byte;
-    p = pollfd{c, POLLIN, 0};  // the dialer sends nothing before the door's greeting: what ends is the dial
-    if (::poll(&p, 1, 30000) == 1) (void)::recv(c, &byte, 1, 0);
-    dial_over = true;
-    ::close(c);
-  });
+  SilentBulkPort silent(world);
+  auto& dialed = silent.dialed;
+  auto& dial_over = silent.dial_over;
   // A builtin with small arguments runs where its call arrives, and its
   // result is large (512 KiB, over bulk_threshold). The first call comes
   // through CAF (no link is open yet) and runs on one of worker1's CAF
@@ -603,6 +612,21 @@ TEST_CASE("a link's reader or a CAF thread never waits for a dial: a large reply
   CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", n), out));
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("the program ends while a dial that a CAF thread started is in flight: the workers end, nothing leaks (B8)") {
+  LocalWorld world(2);
+  SilentBulkPort silent(world);
+  const int64_t n = int64_t(1) << 16;
+  auto first = bounded(milliseconds(30000), "a large reply from a CAF thread",
+                       [&] { return world[0].rpc_sync<at::Tensor>("worker1", "aten::arange", n); });
+  CHECK(at::equal(first, at::arange(n)));
+  CHECK(eventually([&] { return silent.dialed.load(); }));
+  REQUIRE_MESSAGE(!silent.dial_over.load(), "the dial ended before the test came to the end of its program");
+  world.shutdown_all();  // bounded; stop() joins the writer in its dial, which its deadline ends
+  CHECK_FALSE(world.leaked());
+  silent.join();
+  CHECK(silent.dial_over.load());
 }
 
 TEST_CASE("one receiver thread reads all of a worker's links, and writers end when idle (B11), plain and TLS") {
