@@ -110,6 +110,10 @@ struct Incoming {
   bool ended = false;  // the peer closed, the link broke, or it was dropped
   bool muted = false;  // off epoll while it waits for this worker's init
   size_t turn = 0;     // bytes read in this turn (B11)
+  // B9: a plain read this turn came back short: the socket held no more
+  // then, so the next read would only say EAGAIN. The link waits for epoll
+  // instead (level-triggered: it reports bytes that came since).
+  bool drained = false;
   // The greeting (B3).
   int32_t from = -1;
   int32_t pid = 0;
@@ -134,9 +138,10 @@ struct Incoming {
   // One non-blocking read of at most `n` bytes.
   Got read_some(char* p, size_t n, size_t& got) {
     if (!ssl) {
+      if (drained) return Got::later;
       for (;;) {
         auto r = ::recv(fd, p, n, 0);
-        if (r > 0) return got = size_t(r), turn += got, Got::bytes;
+        if (r > 0) return drained = size_t(r) < n, got = size_t(r), turn += got, Got::bytes;
         if (r < 0 && errno == EINTR) continue;
         if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Got::later;
         return Got::ended;  // closed, reset, or shut down by stop()
@@ -384,6 +389,7 @@ void Receiver::run() {
 
 bool Receiver::serve(Incoming& in) {
   in.turn = 0;
+  in.drained = false;
   if ((in.phase == Phase::greeting || in.phase == Phase::waiting_for_init) && Clock::now() >= in.deadline) {
     if (in.phase == Phase::greeting) return drop(in, "no greeting");
     return refuse(in, "this worker's init has not finished");
