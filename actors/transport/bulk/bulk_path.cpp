@@ -108,7 +108,9 @@ namespace castor::detail {
 //      small one does before kOpenAfter (may_wait_for_dial).
 //  B9. Few syscalls per small frame. The receiver reads what a link's
 //      socket holds (up to 64 KiB) and takes a frame's fields from there, so
-//      a small frame costs one recv or less, not one per field; a read of
+//      a small frame costs one recv or less, not one per field (and no
+//      recv that says EAGAIN: a plain read that came back short ends the
+//      link's turn, epoll being level-triggered); a read of
 //      tensor bytes takes what was read ahead and then goes straight into
 //      the tensor (B1 stays copy-free). A TLS link also reads ahead in OpenSSL.
 //      Small frames that queued up behind a busy link (a large frame being
