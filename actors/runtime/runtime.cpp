@@ -29,7 +29,10 @@ void Runtime::teardown(std::chrono::steady_clock::time_point user_code_deadline)
   // Teardown order: nobody new at the door (its thread hands connections to
   // the actor system), no user code left (executor, until its deadline),
   // the reply gate closed, then the actors, then the actor system (which
-  // waits for them), then its config.
+  // waits for them), then its config. First of all, no bulk link opens any
+  // more (B8): a dial in flight would hold a replier (and the gate), then
+  // stop(), for its seconds.
+  if (bulk) bulk->stop_dialing();
   if (transport) transport->stop();
   if (executor) {
     auto calls = running.snapshot();

@@ -9,7 +9,10 @@ Dialed dial(const DialOptions& opts, const std::string& host, uint16_t port, doo
             net::Deadline deadline) {
   Dialed out;
   auto fail = [&](DialFailure f, std::string why, int fd) {
-    if (fd >= 0) ::close(fd);
+    if (fd >= 0) {
+      if (opts.watch) opts.watch(-1);
+      ::close(fd);
+    }
     out.fd = -1;
     out.ssl.reset();
     out.failure = f;
@@ -17,7 +20,7 @@ Dialed dial(const DialOptions& opts, const std::string& host, uint16_t port, doo
     return std::move(out);
   };
   std::string why;
-  int fd = net::connect_tcp(host, port, deadline, why);
+  int fd = net::connect_tcp(host, port, deadline, why, opts.watch);
   if (fd < 0) return fail(DialFailure::unreachable, why, -1);
   door::ServerHello hello{};
   if (!net::recv_exact(fd, hello.data(), hello.size(), deadline, why))

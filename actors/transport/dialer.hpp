@@ -36,6 +36,9 @@ struct DialOptions {
   /// Tests only: announce TLS in the greeting without running a handshake
   /// (a stranger that starts its own, or none).
   bool claim_tls = false;
+  /// Told of the dial's socket (net::SocketWatch); a dial that succeeds
+  /// leaves it watched, for the caller to end.
+  net::SocketWatch watch;
 };
 
 /// Connects to host:port and passes its door for `purpose`.

@@ -35,7 +35,8 @@ void set_nodelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::string& why) {
+int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::string& why,
+                const SocketWatch& watch) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -47,6 +48,7 @@ int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::
   for (auto* ai = res; ai && fd < 0; ai = ai->ai_next) {
     fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
     if (fd < 0) continue;
+    if (watch) watch(fd);
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
@@ -60,6 +62,7 @@ int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::
     }
     if (rc != 0) {
       why = std::strerror(errno);
+      if (watch) watch(-1);
       ::close(fd);
       fd = -1;
     }

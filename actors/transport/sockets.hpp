@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace castor::detail::net {
@@ -15,9 +16,15 @@ using Deadline = Clock::time_point;
 /// Milliseconds until `d` (at least 0), for poll().
 int ms_until(Deadline d);
 
+/// Told of each socket that a dial opens (its fd) and, just before the dial
+/// closes one, of its end (-1), so that another thread may shut it down to
+/// end the dial at once (BulkPath::stop_dialing). Empty: nobody watches.
+using SocketWatch = std::function<void(int)>;
+
 /// A TCP connection to host:port within the deadline; the socket is
 /// non-blocking and TCP_NODELAY. -1 and `why` on failure.
-int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::string& why);
+int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::string& why,
+                const SocketWatch& watch = {});
 
 /// A listening socket on host:port (0: any free port). -1 and `why` on failure.
 int listen_tcp(const std::string& host, uint16_t port, bool reuse_address, std::string& why);

@@ -118,11 +118,14 @@ int threads_named(const std::string& name) {
 
 // worker1 finds worker0's bulk port at a listener of the test's that takes
 // the connection and never greets: worker1's dial of its link to worker0
-// waits there until the dial's deadline (3 s), then closes it. `dialed` once
-// it came, `dial_over` once it ended; every wait is bounded.
+// waits there until the dial's deadline (kDialSeconds), then closes it
+// (unless worker1 ends first). `dialed` once it came, `dial_over` once it
+// ended, and when; every wait is bounded.
 struct SilentBulkPort {
+  static constexpr auto kDialSeconds = std::chrono::seconds(3);  // BulkPath::open's deadline
   int listener = -1;
   std::atomic<bool> dialed{false}, dial_over{false};
+  std::chrono::steady_clock::time_point dialed_at, over_at;  // written before their flags
   std::thread watch;
 
   explicit SilentBulkPort(LocalWorld& world) {
@@ -144,16 +147,23 @@ struct SilentBulkPort {
       pollfd p{listener, POLLIN, 0};
       if (::poll(&p, 1, 30000) != 1) return;
       int c = ::accept(listener, nullptr, nullptr);
+      dialed_at = std::chrono::steady_clock::now();
       dialed = true;
       char byte;
       p = pollfd{c, POLLIN, 0};  // the dialer sends nothing before the door's greeting: what ends is the dial
       if (::poll(&p, 1, 30000) == 1) (void)::recv(c, &byte, 1, 0);
+      over_at = std::chrono::steady_clock::now();
       dial_over = true;
       ::close(c);
     });
   }
   void join() {
     if (watch.joinable()) watch.join();
+  }
+  // Whether the dial ended well before its deadline: cut by its worker.
+  bool cut_short() {
+    join();
+    return dial_over && over_at - dialed_at < kDialSeconds - std::chrono::milliseconds(1000);
   }
   ~SilentBulkPort() {  // also when a REQUIRE ends the test
     join();
@@ -614,7 +624,7 @@ TEST_CASE("a link's reader or a CAF thread never waits for a dial: a large reply
   CHECK_FALSE(world.leaked());
 }
 
-TEST_CASE("the program ends while a dial that a CAF thread started is in flight: the workers end, nothing leaks (B8)") {
+TEST_CASE("the program ends while a dial that a CAF thread started is in flight: the dial is cut, the workers end, nothing leaks (B8)") {
   LocalWorld world(2);
   SilentBulkPort silent(world);
   const int64_t n = int64_t(1) << 16;
@@ -623,10 +633,35 @@ TEST_CASE("the program ends while a dial that a CAF thread started is in flight:
   CHECK(at::equal(first, at::arange(n)));
   CHECK(eventually([&] { return silent.dialed.load(); }));
   REQUIRE_MESSAGE(!silent.dial_over.load(), "the dial ended before the test came to the end of its program");
-  world.shutdown_all();  // bounded; stop() joins the writer in its dial, which its deadline ends
+  world.shutdown_all();  // bounded
   CHECK_FALSE(world.leaked());
-  silent.join();
-  CHECK(silent.dial_over.load());
+  // Teardown shut the dial's socket (stop_dialing) rather than wait out its
+  // deadline in stop(), which joins the writer that dials.
+  CHECK_MESSAGE(silent.cut_short(), "worker1's teardown waited for its dial to end by itself");
+}
+
+TEST_CASE("a worker that stops while its reply waits for the link's dial cuts the dial, and the reply goes through CAF (B8), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  LocalWorld world(2, tls_if(tls, "bulk-cut-dial"));
+  SilentBulkPort silent(world);
+  // worker0's call carries a large tensor; `identity` runs on an executor
+  // thread of worker1, which may wait for a dial: its large reply waits for
+  // worker1's dial of its link to worker0, at the silent port. Meanwhile
+  // that thread holds the reply gate that teardown closes.
+  const auto x = at::arange(int64_t(1) << 16);
+  auto reply = world[0].rpc_async<at::Tensor>("worker1", "identity", x);
+  REQUIRE(eventually([&] { return silent.dialed.load(); }));
+  REQUIRE_MESSAGE(!silent.dial_over.load(), "the dial ended before worker1 was stopped");
+  CHECK_FALSE(reply.is_done());
+  bounded(milliseconds(30000), "worker1's shutdown(false)", [&] { world[1].shutdown(false); });
+  CHECK_MESSAGE(silent.cut_short(), "worker1's teardown waited for its dial to end by itself");
+  // The replier stopped waiting and sent through CAF, still up then.
+  auto out = bounded(milliseconds(30000), "the reply", [&] { return reply.wait(milliseconds(20000)); });
+  CHECK(at::equal(out, x));
+  world[0].shutdown(false);
 }
 
 TEST_CASE("one receiver thread reads all of a worker's links, and writers end when idle (B11), plain and TLS") {

@@ -124,6 +124,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
   // this link already, and would never join a writer started now.
   if (link->broken || stopping_) return nullptr;
   if (link->stream.fd() >= 0) return link;
+  if (dials_over_) return nullptr;  // stop_dialing(): CAF takes it
   // B11: small messages (and protocol messages) open the link only once
   // kOpenAfter of them went through CAF to this peer; a large call or reply
   // opens it at once.
@@ -132,7 +133,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
   // (Open::and_wait: never a reader, a CAF thread or a runner) waits for it.
   if (!start_writer(*link)) return nullptr;
   if (how != Open::and_wait) return nullptr;
-  link->cv.wait(lock, [&] { return link->stream.fd() >= 0 || link->broken || stopping_; });
+  link->cv.wait(lock, [&] { return link->stream.fd() >= 0 || link->broken || stopping_ || dials_over_; });
   return link->stream.fd() >= 0 && !link->broken && !stopping_ ? link : nullptr;
 }
 
@@ -169,7 +170,16 @@ bool BulkPath::start_writer(Link& link) {
 // (B3); the link's lock only to install the result.
 bool BulkPath::open(Link& link) {
   auto peer = rt_.world().member(link.to);  // a copy: the world may move on meanwhile
-  auto dialed = dial(rt_.transport->dial_options(), peer.host, peer.bulk_port, door::Purpose::bulk,
+  // B8: the dial's socket is known to stop_dialing() and peer_down(), which
+  // shut it to end the dial (and the greeting below) at once.
+  auto watch = [this, &link](int socket) {
+    std::lock_guard<std::mutex> lock(link.mtx);
+    link.dialing = socket;
+    if (socket >= 0 && dials_over_) ::shutdown(socket, SHUT_RDWR);  // stop_dialing() came first
+  };
+  auto options = rt_.transport->dial_options();
+  options.watch = watch;
+  auto dialed = dial(options, peer.host, peer.bulk_port, door::Purpose::bulk,
                      net::Clock::now() + std::chrono::milliseconds(3000));
   int fd = dialed.fd;
   std::string why = dialed.error;
@@ -193,9 +203,10 @@ bool BulkPath::open(Link& link) {
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
     char answer = 0;
     if (!stream.write_all(hello.data(), hello.size()) || !stream.read_all(&answer, 1))
-      ::close(fd), fd = -1, why = "no answer to the greeting";
+      why = "no answer to the greeting";
     else if (answer != kSameHost && answer != kOtherHost)
-      ::close(fd), fd = -1, why = "refused by the receiver";
+      why = "refused by the receiver";
+    if (answer != kSameHost && answer != kOtherHost) watch(-1), ::close(fd), fd = -1;
     if (fd >= 0) {
       ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
       ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &none, sizeof none);
@@ -203,7 +214,8 @@ bool BulkPath::open(Link& link) {
     same_host = answer == kSameHost && rt_.opts.bulk_same_host;
   }
   std::lock_guard<std::mutex> lock(link.mtx);
-  if (fd >= 0 && stopping_) ::close(fd), fd = -1, why = "this worker is stopping";
+  link.dialing = -1;  // the socket is the link's now, or closed below
+  if (fd >= 0 && (stopping_ || dials_over_)) ::close(fd), fd = -1, why = "this worker is stopping";
   // RJ5 of Note [Rejoin]: retired while it dialed (its peer rejoined), or
   // dialed a later life than its own.
   if (fd >= 0 && (link.broken || peer.incarnation != link.incarnation))
@@ -211,7 +223,7 @@ bool BulkPath::open(Link& link) {
   if (fd < 0) {
     link.broken = true;
     link.cv.notify_all();
-    if (!stopping_)
+    if (!stopping_ && !dials_over_)
       std::fprintf(stderr, "castor[%s]: no bulk link to worker %s (%s:%u: %s); its messages go through CAF\n",
                    rt_.name().c_str(), peer.name.c_str(), peer.host.c_str(), unsigned(peer.bulk_port), why.c_str());
     return false;

@@ -28,6 +28,7 @@ struct BulkPath::Link {
   bool writing = false;    // B8: a thread is writing a frame (the writer or a caller)
   uint32_t sent_unopened = 0;  // B11: small messages that asked for the link before it opened
   bool writer_running = false;  // B11: `writer` runs (it ends when idle; a queued frame starts it again)
+  int dialing = -1;        // B8: the socket of the writer's dial, for stop_dialing() and peer_down() to shut
   std::mutex mtx;          // guards all of the above and the queue
   std::condition_variable cv;  // opened or broken, or `writing` cleared while stopping
   std::condition_variable writer_cv;  // B12: frames only the writer takes, a break, or stopping

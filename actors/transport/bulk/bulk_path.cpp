@@ -105,7 +105,13 @@ namespace castor::detail {
 //      small builtin call. Nor does it wait for a link to open: a large
 //      message from a thread that must not wait (a reader, one of CAF's, one
 //      running woken actors) goes through CAF while the writer dials, as a
-//      small one does before kOpenAfter (may_wait_for_dial).
+//      small one does before kOpenAfter (may_wait_for_dial). And no wait
+//      for a dial outlives the worker: teardown first cuts every dial in
+//      flight (shuts its socket: stop_dialing), so a peer that took the
+//      connection and froze holds neither a waiting replier (nor the reply
+//      gate it holds) nor stop()'s join of the dialing writer for the
+//      dial's seconds; from then on messages without an open link go
+//      through CAF. A dial to a peer found dead is cut the same way.
 //  B9. Few syscalls per small frame. The receiver reads what a link's
 //      socket holds (up to 64 KiB) and takes a frame's fields from there, so
 //      a small frame costs one recv or less, not one per field (and no
@@ -312,11 +318,25 @@ void BulkPath::peer_down(WorkerId rank) {
   std::lock_guard<std::mutex> link_lock(link.mtx);
   link.broken = true;  // B4: what is queued fails with the writer's next wake
   if (link.stream.fd() >= 0) ::shutdown(link.stream.fd(), SHUT_RDWR);
+  if (link.dialing >= 0) ::shutdown(link.dialing, SHUT_RDWR);  // a dial to the dead ends now
   link.cv.notify_all();
   link.writer_cv.notify_all();
 }
 
+void BulkPath::stop_dialing() {
+  std::lock_guard<std::mutex> lock(mtx_);
+  dials_over_ = true;
+  for (auto* links : {&links_, &retired_})
+    for (auto& l : *links) {
+      if (!l) continue;
+      std::lock_guard<std::mutex> link_lock(l->mtx);
+      if (l->dialing >= 0) ::shutdown(l->dialing, SHUT_RDWR);
+      l->cv.notify_all();  // a sender waiting for the link sends through CAF
+    }
+}
+
 void BulkPath::stop() {
+  stop_dialing();  // before the writers are joined: one may be in a dial
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mtx_);

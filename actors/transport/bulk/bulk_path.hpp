@@ -60,6 +60,15 @@ class BulkPath {
   /// nothing more.
   void peer_down(WorkerId rank);
 
+  /// B8: no link opens from now on: a dial in flight ends at once (its
+  /// socket is shut), a sender waiting for one stops waiting, and messages
+  /// to a peer without an open link go through CAF. Open links stay open.
+  /// Teardown calls it first: a replier waiting for a dial on an executor
+  /// thread holds Runtime::teardown_gate, and stop() joins the writer in
+  /// its dial; either waited for the dial's seconds with a peer that took
+  /// the connection and never answered (one that froze). Idempotent.
+  void stop_dialing();
+
   /// Closes every link and joins every thread. Idempotent.
   void stop();
 
@@ -86,6 +95,7 @@ class BulkPath {
   Runtime& rt_;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> dials_over_{false};  // stop_dialing() was called
   std::mutex mtx_;
   std::vector<std::unique_ptr<Link>> links_;  // by rank, opened on first use
   std::vector<std::unique_ptr<Link>> retired_;  // links to earlier lives of rejoined peers (RJ5)
