@@ -107,6 +107,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
         std::lock_guard<std::mutex> old_lock(slot->mtx);
         slot->broken = true;
         if (slot->stream.fd() >= 0) ::shutdown(slot->stream.fd(), SHUT_RDWR);
+        if (slot->dialing >= 0) ::shutdown(slot->dialing, SHUT_RDWR);  // a dial to the earlier life ends now
         slot->cv.notify_all();
         slot->writer_cv.notify_all();
       }
@@ -175,7 +176,8 @@ bool BulkPath::open(Link& link) {
   auto watch = [this, &link](int socket) {
     std::lock_guard<std::mutex> lock(link.mtx);
     link.dialing = socket;
-    if (socket >= 0 && dials_over_) ::shutdown(socket, SHUT_RDWR);  // stop_dialing() came first
+    // stop_dialing(), peer_down() or a rejoin (RJ5) came first.
+    if (socket >= 0 && (dials_over_ || link.broken)) ::shutdown(socket, SHUT_RDWR);
   };
   auto options = rt_.transport->dial_options();
   options.watch = watch;
