@@ -105,11 +105,7 @@ BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
     if (slot && slot->incarnation < world.member(to).incarnation) {
       {
         std::lock_guard<std::mutex> old_lock(slot->mtx);
-        slot->broken = true;
-        if (slot->stream.fd() >= 0) ::shutdown(slot->stream.fd(), SHUT_RDWR);
-        if (slot->dialing >= 0) ::shutdown(slot->dialing, SHUT_RDWR);  // a dial to the earlier life ends now
-        slot->cv.notify_all();
-        slot->writer_cv.notify_all();
+        slot->break_off();  // a dial to the earlier life ends now
       }
       retired_.push_back(std::move(slot));
     }

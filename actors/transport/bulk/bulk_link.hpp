@@ -2,6 +2,8 @@
 // socket, its queue of frames and the writer thread that drains it.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -34,6 +36,17 @@ struct BulkPath::Link {
   std::condition_variable writer_cv;  // B12: frames only the writer takes, a break, or stopping
   std::deque<bulk::Frame> queue;
   std::thread writer;
+
+  /// B4, B8: never used again. Its socket and its dial's socket are shut, so
+  /// that no thread waits on a write or a dial to it, and its waiters wake
+  /// (what is queued fails with the writer's next wake). Holds `mtx`.
+  void break_off() {
+    broken = true;
+    if (stream.fd() >= 0) ::shutdown(stream.fd(), SHUT_RDWR);
+    if (dialing >= 0) ::shutdown(dialing, SHUT_RDWR);
+    cv.notify_all();
+    writer_cv.notify_all();
+  }
 };
 
 }  // namespace castor::detail

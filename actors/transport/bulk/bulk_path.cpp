@@ -316,11 +316,7 @@ void BulkPath::peer_down(WorkerId rank) {
   if (stopping_ || rank < 0 || size_t(rank) >= links_.size() || !links_[size_t(rank)]) return;
   auto& link = *links_[size_t(rank)];
   std::lock_guard<std::mutex> link_lock(link.mtx);
-  link.broken = true;  // B4: what is queued fails with the writer's next wake
-  if (link.stream.fd() >= 0) ::shutdown(link.stream.fd(), SHUT_RDWR);
-  if (link.dialing >= 0) ::shutdown(link.dialing, SHUT_RDWR);  // a dial to the dead ends now
-  link.cv.notify_all();
-  link.writer_cv.notify_all();
+  link.break_off();  // a dial to the dead ends now
 }
 
 void BulkPath::stop_dialing() {
