@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <new>
+#include <stdexcept>
+#include <vector>
 
 #include "actors/transport/sockets.hpp"
 
@@ -36,16 +39,73 @@ bool tls_all(SSL* ssl, Byte* p, size_t n, Call call) {
   return true;
 }
 
+// The session's records are appended to the stream's buffer, which
+// write_all sends in one call (B6).
+int collect_write(BIO* b, const char* data, int len) {
+  auto* out = static_cast<std::vector<char>*>(BIO_get_data(b));
+  try {
+    out->insert(out->end(), data, data + len);
+  } catch (const std::bad_alloc&) {
+    return -1;  // no exception crosses OpenSSL's frames: the write fails, the link ends
+  }
+  return len;
+}
+
+long collect_ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
+
+int collect_create(BIO* b) {
+  BIO_set_init(b, 1);
+  return 1;
+}
+
+int collect_destroy(BIO*) { return 1; }  // the buffer is the stream's
+
+BIO_METHOD* collect_method() {
+  static BIO_METHOD* method = [] {
+    auto* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "castor record collector");
+    BIO_meth_set_write(m, collect_write);
+    BIO_meth_set_ctrl(m, collect_ctrl);
+    BIO_meth_set_create(m, collect_create);
+    BIO_meth_set_destroy(m, collect_destroy);
+    return m;
+  }();
+  return method;
+}
+
+// B6: how much plaintext one socket write carries at most, in 16 KiB
+// records. Measured with a 64 MiB echo across TCP, alternating runs: 64 KiB
+// took 1.2x the time of 256 KiB, 1 MiB the same.
+constexpr size_t kCollectBytes = size_t(256) * 1024;
+// A buffer grown past this by a large message is freed after it: an idle
+// link of a large world keeps no quarter MiB.
+constexpr size_t kKeepBytes = size_t(64) * 1024;
+
 }  // namespace
 
 // The sending side reads only one-byte answers: no read-ahead (the
 // receiver's sessions read ahead: bulk_receiver.cpp).
-Stream::Stream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {}
+Stream::Stream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {
+  if (!ssl_) return;
+  records_ = std::make_unique<std::vector<char>>();
+  BIO* bio = BIO_new(collect_method());
+  if (!bio) throw std::runtime_error("TLS: cannot create a BIO for a bulk link");
+  BIO_set_data(bio, records_.get());
+  SSL_set0_wbio(ssl_.get(), bio);  // the socket BIO stays the session's rbio
+}
 
 bool Stream::write_all(const void* data, size_t n) {
   if (!ssl_) return net::write_all(fd_, data, n);
-  return tls_all(ssl_.get(), static_cast<const char*>(data), n,
-                 [](SSL* s, const char* p, int k) { return SSL_write(s, p, k); });
+  auto* p = static_cast<const char*>(data);
+  while (n > 0) {
+    size_t k = std::min(n, kCollectBytes);
+    records_->clear();
+    if (!tls_all(ssl_.get(), p, k, [](SSL* s, const char* q, int m) { return SSL_write(s, q, m); }) ||
+        !net::write_all(fd_, records_->data(), records_->size()))
+      return false;
+    p += k, n -= k;
+  }
+  if (records_->capacity() > kKeepBytes) std::vector<char>().swap(*records_);
+  return true;
 }
 
 bool Stream::read_all(void* data, size_t n) {

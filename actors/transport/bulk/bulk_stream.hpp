@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <vector>
 
 #include "actors/transport/tls_session.hpp"
 
@@ -30,6 +31,10 @@ class Stream {
 
  private:
   int fd_ = -1;
+  // With TLS: the session's records of one write (B6), sent in one call.
+  // Before ssl_, which uses it until freed; on the heap, so that a moved
+  // stream's session still finds it.
+  std::unique_ptr<std::vector<char>> records_;
   SslPtr ssl_;
 };
 
