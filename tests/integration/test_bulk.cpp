@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,8 +25,10 @@
 
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
+#include "actors/transport/bulk/bulk_stream.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
+#include "actors/transport/tls_session.hpp"
 #include "messages/autograd_proto.hpp"
 #include "messages/rendezvous.hpp"
 #include "messages/rref_proto.hpp"
@@ -244,6 +247,74 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   CHECK(bulk_received(w) == 3);  // the replies, on worker1's own link
   w.shutdown();
   CHECK(child.wait_exit(milliseconds(30000)) == 0);
+}
+
+TEST_CASE("a TLS bulk stream sends its records 256 KiB at a time: every size around a record's and a send's edge arrives whole and in order, and a write to a closed peer fails without SIGPIPE (B6)") {
+  namespace net = castor::detail::net;
+  using castor::detail::bulk::Stream;
+  auto certs = make_certs("bulk-stream", {"worker0", "worker1"});
+  castor::detail::TlsContext sender_tls(tls_files(certs, "worker0")), receiver_tls(tls_files(certs, "worker1"));
+  int fds[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM, 0, fds) == 0);
+  auto sending = sender_tls.session(fds[0], false);
+  auto receiving = receiver_tls.session(fds[1], true);
+  // Both sides verify the other (T1); the handshake needs both at once.
+  for (int fd : fds) net::set_nonblocking(fd, true);
+  std::string why_sender, why_receiver;
+  auto deadline = net::Clock::now() + std::chrono::seconds(20);
+  bool receiver_ok = false;
+  std::thread accepting(
+      [&] { receiver_ok = castor::detail::tls_handshake(receiving.get(), fds[1], deadline, why_receiver); });
+  bool sender_ok = castor::detail::tls_handshake(sending.get(), fds[0], deadline, why_sender);
+  accepting.join();
+  REQUIRE_MESSAGE(sender_ok, why_sender);
+  REQUIRE_MESSAGE(receiver_ok, why_receiver);
+  // Every wait below is bounded: a read or write that waits 20 s fails.
+  timeval limit{20, 0};
+  for (int fd : fds) {
+    net::set_nonblocking(fd, false);
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
+  }
+  Stream out(fds[0], std::move(sending));
+  auto in = std::make_unique<Stream>(fds[1], std::move(receiving));
+
+  // Records hold 16 KiB, one send carries the records of 256 KiB: sizes on
+  // both edges, and one of several sends that ends mid-record.
+  const size_t kib = 1024;
+  const std::vector<size_t> sizes{1, 16 * kib - 1, 16 * kib, 16 * kib + 1, 256 * kib - 1, 256 * kib, 256 * kib + 1,
+                                  3 * 256 * kib + 7, (size_t(8) << 20) + 3, 5};
+  auto pattern = [](size_t message, size_t i) { return char((message * 131 + i * 7 + i / 4099) & 0xff); };
+  std::thread writing([&] {
+    for (size_t m = 0; m < sizes.size(); ++m) {
+      std::vector<char> bytes(sizes[m]);
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = pattern(m, i);
+      if (!out.write_all(bytes.data(), bytes.size())) return;
+    }
+  });
+  size_t whole = 0;
+  for (size_t m = 0; m < sizes.size(); ++m) {
+    std::vector<char> got(sizes[m]);
+    if (!in->read_all(got.data(), got.size())) break;
+    size_t wrong = 0;
+    for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != pattern(m, i);
+    CHECK_MESSAGE(wrong == 0, "message ", m, " of ", sizes[m], " bytes: ", wrong, " bytes wrong");
+    ++whole;
+  }
+  writing.join();
+  CHECK(whole == sizes.size());
+
+  // T7: the peer went away. A write fails (its records are made, their send
+  // fails), and no SIGPIPE is raised: with the default action, one would end
+  // this process.
+  in.reset();
+  ::close(fds[1]);
+  auto previous = ::signal(SIGPIPE, SIG_DFL);
+  std::vector<char> more(size_t(1) << 20, 'x');
+  bool sent = out.write_all(more.data(), more.size());
+  ::signal(SIGPIPE, previous);
+  CHECK_FALSE(sent);
+  ::close(fds[0]);
 }
 
 TEST_CASE("one bulk link keeps its messages in the order they were sent (B3), plain and TLS") {
