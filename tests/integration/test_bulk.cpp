@@ -22,6 +22,7 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <openssl/ssl.h>
 
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
@@ -276,6 +277,7 @@ TEST_CASE("a TLS bulk stream sends its records 256 KiB at a time: every size aro
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit);
   }
+  SSL* receiver_session = receiving.get();
   Stream out(fds[0], std::move(sending));
   auto in = std::make_unique<Stream>(fds[1], std::move(receiving));
 
@@ -303,6 +305,23 @@ TEST_CASE("a TLS bulk stream sends its records 256 KiB at a time: every size aro
   }
   writing.join();
   CHECK(whole == sizes.size());
+
+  // The receiver asks for a key update with its answer: the sender's session
+  // answers with its own before its next records, which are read whole.
+  REQUIRE(SSL_key_update(receiver_session, SSL_KEY_UPDATE_REQUESTED) == 1);
+  char answer = 'a', got_answer = 0;
+  REQUIRE(in->write_all(&answer, 1));
+  REQUIRE(out.read_all(&got_answer, 1));
+  CHECK(got_answer == 'a');
+  std::vector<char> after(300 * kib);
+  for (size_t i = 0; i < after.size(); ++i) after[i] = pattern(99, i);
+  std::thread writing_after([&] { (void)out.write_all(after.data(), after.size()); });
+  std::vector<char> got_after(after.size());
+  bool read_after = in->read_all(got_after.data(), got_after.size());
+  writing_after.join();
+  CHECK(read_after);
+  CHECK(got_after == after);
+  CHECK(SSL_get_key_update_type(receiver_session) == SSL_KEY_UPDATE_NONE);  // sent and answered
 
   // T7: the peer went away. A write fails (its records are made, their send
   // fails), and no SIGPIPE is raised: with the default action, one would end

@@ -98,9 +98,8 @@ bool Stream::write_all(const void* data, size_t n) {
   auto* p = static_cast<const char*>(data);
   while (n > 0) {
     size_t k = std::min(n, kCollectBytes);
-    records_->clear();
     if (!tls_all(ssl_.get(), p, k, [](SSL* s, const char* q, int m) { return SSL_write(s, q, m); }) ||
-        !net::write_all(fd_, records_->data(), records_->size()))
+        !send_records())
       return false;
     p += k, n -= k;
   }
@@ -110,7 +109,17 @@ bool Stream::write_all(const void* data, size_t n) {
 
 bool Stream::read_all(void* data, size_t n) {
   if (!ssl_) return net::read_all(fd_, data, n);
-  return tls_all(ssl_.get(), static_cast<char*>(data), n, [](SSL* s, char* p, int k) { return SSL_read(s, p, k); });
+  bool read =
+      tls_all(ssl_.get(), static_cast<char*>(data), n, [](SSL* s, char* p, int k) { return SSL_read(s, p, k); });
+  // A read that fails may make a record of its own (an alert): it leaves
+  // now. (OpenSSL answers a peer's key update with the next write's records.)
+  return send_records() && read;
+}
+
+bool Stream::send_records() {
+  bool sent = records_->empty() || net::write_all(fd_, records_->data(), records_->size());
+  records_->clear();
+  return sent;
 }
 
 }  // namespace castor::detail::bulk

@@ -30,6 +30,8 @@ class Stream {
   bool read_all(void* data, size_t n);
 
  private:
+  bool send_records();  // sends what the session wrote since the last call (B6)
+
   int fd_ = -1;
   // With TLS: the session's records of one write (B6), sent in one call.
   // Before ssl_, which uses it until freed; on the heap, so that a moved
