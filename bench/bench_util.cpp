@@ -168,13 +168,18 @@ BenchWorld::~BenchWorld() {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "castor-bench: shutdown: %s\n", e.what());
   }
+  reap_peers();
+}
+
+void BenchWorld::reap_peers() {
   for (int pid : pids_) {
     int status = 0;
-    for (int i = 0; i < 200 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 2000 && ::waitpid(pid, &status, WNOHANG) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
     ::kill(pid, SIGKILL);
     ::waitpid(pid, &status, 0);
   }
+  pids_.clear();
 }
 
 int run_peer(int argc, char** argv) {

@@ -65,6 +65,9 @@ class BenchWorld {
   /// Starts rank `rank` again, in its life `incarnation` (it rejoins: Note
   /// [Rejoin]); its earlier process must be dead. Its pid, or -1.
   int restart_peer(int rank, uint32_t incarnation);
+  /// Waits (10 s at most each, then SIGKILL) until every peer process has
+  /// ended and reaps it; call after shutdown().
+  void reap_peers();
 
  private:
   const Options& opts_;

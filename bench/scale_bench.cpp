@@ -1,7 +1,7 @@
 // castor-bench scale: worlds of 8 to 128 worker processes on this machine:
 // init time, an all-to-all round, the RRef protocol's three-party case from
 // every worker (and no RRef left afterwards), memory per worker (RSS and
-// PSS), shutdown.
+// PSS), shutdown, and the peers' exit after it.
 #include <chrono>
 #include <fstream>
 #include <thread>
@@ -99,6 +99,11 @@ std::vector<Figure> bench_scale(const Options& opts) {
     auto t2 = Clock::now();
     w.shutdown();
     out.push_back({"scale_shutdown_ms" + suffix, ms_since(t2)});
+    // Until every peer process has ended: a forked worker skips the
+    // libraries' teardown (FS7 of Note [Fork server]).
+    auto t3 = Clock::now();
+    world.reap_peers();
+    out.push_back({"scale_exit_ms" + suffix, ms_since(t3)});
   }
   return out;
 }

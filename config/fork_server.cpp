@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -81,6 +82,19 @@ namespace castor::config {
 //      ForkServer closes, kills and reaps its server in the process that
 //      made it, never in a child forked from that process. Workers outlive
 //      the server.
+//  FS7. A forked worker ends without tearing down what the server loaded:
+//      once main() has returned (its locals gone) or exit() was called, and
+//      the handlers registered since the fork have run, the worker flushes
+//      its stdio and leaves with _exit and the same status. What it skips
+//      is the teardown of the libraries' load-time state: libtorch's static
+//      destructors deregister every operator, rewriting the registry's pages
+//      that the worker shares with the server (each a copy-on-write fault),
+//      and glibc frees the heap piece by piece. Measured on 2 cores, three
+//      pairs: 128 forked workers took 10.3-13.1 s to end after their
+//      world's shutdown with that teardown, 54-112 ms without it.
+//      An exec'd worker (a program of the user's, FS4, FS5) ends as usual,
+//      and so does a worker built with AddressSanitizer, so that the
+//      sanitizer run still checks the teardown it would skip.
 namespace {
 
 constexpr const char* kFdVariable = "CASTOR_FORK_SERVER_FD";
@@ -271,6 +285,18 @@ void take_signals(const Request& req) {
 }
 
 // Turns this freshly forked process into the requested one.
+// FS7: runs before the exit handlers registered at load (those came first).
+void leave_without_teardown(int status, void*) {
+  std::fflush(nullptr);
+  ::_exit(status);
+}
+
+void skip_teardown_at_exit() {
+#if !defined(__SANITIZE_ADDRESS__)
+  ::on_exit(leave_without_teardown, nullptr);
+#endif
+}
+
 void become(const Request& req, int cwd_fd, int out_fd, const ProcAreas& areas, int& argc, char**& argv) {
   if (::fchdir(cwd_fd) != 0) {
     // Only a folder we may no longer enter fails here; the worker starts in the server's, its paths say the rest.
@@ -405,6 +431,7 @@ void serve_forks_if_asked(int& argc, char**& argv) {
         ::close(pipe_fds[1]);
         if (!requester_took_pid(fds[0])) ::_exit(127);  // FS5: it gave up on us and started another
         become(req, fds[1], req.has_out ? fds[2] : -1, areas, argc, argv);
+        skip_teardown_at_exit();  // FS7
         return;  // into main(), as the requested process
       }
       int32_t reply = worker > 0 ? int32_t(worker) : -errno;

@@ -260,6 +260,38 @@ TEST_CASE("a request whose load-time variables differ from the server's start is
   CHECK(Pipe::line(text, "var: ") == "exec'd");
 }
 
+TEST_CASE("a forked worker ends with its status and its buffered output but without the load-time teardown (FS7)") {
+  ForkServer server(kWorker);
+  REQUIRE(server.running());
+  const std::map<std::string, std::string> env{{"CASTOR_PROBE_TEARDOWN", "1"}};
+  Pipe forked;
+  pid_t pid = server.spawn({kWorker, "probe", "teardown", "9"}, env, forked.write);
+  REQUIRE_MESSAGE(pid > 0, server.last_error());
+  forked.close_write();
+  auto text = forked.drain();
+  auto status = wait_exit(pid);
+  REQUIRE_MESSAGE(status.has_value(), "the probe did not exit: ", text);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 9);
+  CHECK(Pipe::line(text, "unflushed: ") == "the last words" + std::string("main's exit handler: ran"));
+  CHECK_MESSAGE(!contains(text, "load-time teardown"), text);
+
+  // The same program exec'd (FS4: a load-time variable differs) ends as usual.
+  auto exec_env = env;
+  exec_env["OMP_NUM_THREADS"] = "1";
+  if (const char* had = std::getenv("OMP_NUM_THREADS"); had && std::string(had) == "1") exec_env["OMP_NUM_THREADS"] = "2";
+  Pipe execd;
+  pid = castor::config::spawn_process(kWorker, {kWorker, "probe", "teardown", "8"}, exec_env, execd.write);
+  REQUIRE(pid > 0);
+  execd.close_write();
+  text = execd.drain();
+  status = wait_exit(pid);
+  REQUIRE(status.has_value());
+  CHECK(WEXITSTATUS(*status) == 8);
+  CHECK(Pipe::line(text, "unflushed: ") == "the last words" + std::string("main's exit handler: ran"));
+  CHECK(Pipe::line(text, "load-time teardown: ") == "ran");
+}
+
 TEST_CASE("a server that stops answering is given up within the reply bound, with the cause") {
   ForkServer server(kWorker, std::chrono::milliseconds(1500));
   pid_t first = server.spawn({kWorker, "probe", "0"});  // loaded and idle after this one

@@ -74,9 +74,29 @@ std::string umask_text() {
   return text;
 }
 
+// FS7's witness: made while the program loads (in a fork server, before any
+// fork), so a forked worker's exit skips its destructor and an exec'd one's
+// runs it. It speaks only when asked, so other tests' workers stay quiet.
+struct LoadTimeState {
+  ~LoadTimeState() {
+    if (!std::getenv("CASTOR_PROBE_TEARDOWN")) return;
+    std::fputs("load-time teardown: ran\n", stdout);
+    std::fflush(stdout);
+  }
+} load_time_state;
+
+// `probe teardown N`: what FS7 keeps of an ending (the status, stdio not yet
+// flushed, the exit handlers registered in main) and what it skips.
+int teardown_probe(int status) {
+  std::atexit([] { std::fputs("main's exit handler: ran\n", stdout); });
+  std::fputs("unflushed: the last words", stdout);  // no newline, no flush: still in stdio's buffer
+  return status;
+}
+
 }  // namespace
 
 int fork_probe(int argc, char** argv) {
+  if (argc > 3 && std::strcmp(argv[2], "teardown") == 0) return teardown_probe(std::atoi(argv[3]));
   int threads = thread_count();  // before anything of ours starts one
   auto fds = open_fds();
   struct sigaction pipe_action {};
