@@ -29,6 +29,13 @@ namespace castor::detail {
 //  S4. Rank 0 then tells every worker (done_atom), waits for their answers,
 //      and finishes itself last, so nobody loses rank 0 while waiting. A
 //      worker that leaves after its answer is no failure.
+//  S5. A worker answers before it finishes, and a worker whose connection
+//      ends while rank 0 waits counts as answered. Finishing lets the app's
+//      shutdown() return and its process end, which may close the
+//      connection before CAF has written an answer sent later; rank 0 then
+//      waited out the request's 5 s bound. Measured, worlds of 128 on 2
+//      cores: 6 shutdowns of 11 took 5.0-6.1 s, the others 1.3-2.2 s; with
+//      S5, 12 of 12 took 1.4-2.6 s.
 //
 // Counted messages are those that carry work: CallRequest and CallReply
 // (more in later layers). A request counts as received when its handler
@@ -98,6 +105,7 @@ namespace {
 
 constexpr auto kProbeTimeout = std::chrono::seconds(30);
 constexpr auto kWavePause = std::chrono::milliseconds(2);
+constexpr auto kAnswerBound = std::chrono::seconds(5);  // S4: a peer silent this long counts as answered
 
 bool is_coordinator(worker_pointer self) { return self->state.rt->rank() == 0; }
 
@@ -144,21 +152,31 @@ std::string deadline_message(const Runtime& rt, const std::string& summary) {
          " s (WorkerOptions::shutdown_timeout): " + summary;
 }
 
-void broadcast_done(worker_pointer self) {
+// S4, S5: the one place that counts a peer's answer (or its end) once.
+void peer_answered(worker_pointer self, WorkerId rank) {
+  auto& sd = self->state.shutdown;
+  if (sd.awaiting.erase(rank) == 1 && sd.awaiting.empty()) finish_shutdown_impl(self, sd.finish_error);
+}
+
+// S4 (and B2 with the deadline's message): tells every usable peer how the
+// shutdown ends and finishes rank 0 once each has answered or is gone.
+template <class... Ts>
+void tell_peers_then_finish(worker_pointer self, std::optional<ErrorInfo> error, const Ts&... message) {
   auto& st = self->state;
-  st.shutdown.finishing = true;
-  st.shutdown.acks_missing = 0;
-  for (size_t r = 0; r < st.peers.size(); ++r) {
-    if (WorkerId(r) == st.rt->rank() || !peer_usable(self, WorkerId(r))) continue;
-    ++st.shutdown.acks_missing;
-    // A peer that closed before answering is as good as an answer.
-    auto on_answer = [self] {
-      if (--self->state.shutdown.acks_missing == 0) finish_shutdown_impl(self, std::nullopt);
-    };
-    self->request(st.peers[r]->handle, std::chrono::seconds(5), done_atom::value)
-        .then([on_answer](bool) { on_answer(); }, [on_answer](caf::error&) { on_answer(); });
+  auto& sd = st.shutdown;
+  sd.finishing = true;
+  sd.finish_error = std::move(error);
+  sd.awaiting.clear();
+  for (size_t r = 0; r < st.peers.size(); ++r)
+    if (WorkerId(r) != st.rt->rank() && peer_usable(self, WorkerId(r))) sd.awaiting.insert(WorkerId(r));
+  if (sd.awaiting.empty()) {
+    finish_shutdown_impl(self, sd.finish_error);
+    return;
   }
-  if (st.shutdown.acks_missing == 0) finish_shutdown_impl(self, std::nullopt);
+  for (WorkerId rank : std::vector<WorkerId>(sd.awaiting.begin(), sd.awaiting.end()))
+    self->request(st.peers[size_t(rank)]->handle, kAnswerBound, message...)
+        .then([self, rank](bool) { peer_answered(self, rank); },
+              [self, rank](caf::error&) { peer_answered(self, rank); });
 }
 
 void evaluate_wave(worker_pointer self) {
@@ -178,7 +196,7 @@ void evaluate_wave(worker_pointer self) {
   // V2, and V4: a rejoined worker's earlier life took its counts with it.
   bool balanced = idle && (sent == received || any_excused(self) || self->state.rt->world().any_rejoined());
   if (balanced && sd.have_previous && sent == sd.previous_sent && received == sd.previous_received) {
-    broadcast_done(self);
+    tell_peers_then_finish(self, std::nullopt, done_atom::value);
     return;
   }
   sd.have_previous = balanced;
@@ -302,7 +320,11 @@ void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error) {
 void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank) {
   auto& st = self->state;
   auto* rt = st.rt;
-  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
+  if (st.shutdown.finishing) {
+    peer_answered(self, rank);  // S5: it left before its answer came
+    return;
+  }
+  if (!st.shutdown.requested || rt->state.load() == RunState::stopped) return;
   // Another worker lost: rank 0 decides (Note [Graceful shutdown]).
   if (!is_coordinator(self) && rank != 0) return;
   if (!excused(self, rank)) {
@@ -338,27 +360,15 @@ void on_shutdown_deadline_impl(worker_pointer self) {
   for (const auto& [rank, calls] : sd.running) all.insert(all.end(), calls.begin(), calls.end());
   auto summary = all.empty() ? std::string("no call is running, but the workers did not agree that all work had ended")
                              : "still running: " + join(all);
-  auto error = make_error(ErrorKind::Timeout, rt->name(), deadline_message(*rt, summary));
-  sd.finishing = true;
-  sd.acks_missing = 0;
-  for (size_t r = 0; r < st.peers.size(); ++r) {
-    if (WorkerId(r) == rt->rank() || !peer_usable(self, WorkerId(r))) continue;
-    ++sd.acks_missing;
-    auto on_answer = [self, error] {
-      if (--self->state.shutdown.acks_missing == 0) finish_shutdown_impl(self, error);
-    };
-    self->request(st.peers[r]->handle, std::chrono::seconds(5), deadline_atom::value, summary)
-        .then([on_answer](bool) { on_answer(); }, [on_answer](caf::error&) { on_answer(); });
-  }
-  if (sd.acks_missing == 0) finish_shutdown_impl(self, std::move(error));
+  tell_peers_then_finish(self, make_error(ErrorKind::Timeout, rt->name(), deadline_message(*rt, summary)),
+                         deadline_atom::value, summary);
 }
 
-bool on_shutdown_deadline_from_coordinator_impl(worker_pointer self, const std::string& summary) {
+void on_shutdown_deadline_from_coordinator_impl(worker_pointer self, const std::string& summary) {
   auto& st = self->state;
   auto* rt = st.rt;
-  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return true;
+  if (!st.shutdown.requested || st.shutdown.finishing || rt->state.load() == RunState::stopped) return;
   finish_shutdown_impl(self, make_error(ErrorKind::Timeout, rt->name(), deadline_message(*rt, summary)));
-  return true;
 }
 
 }  // namespace castor::detail

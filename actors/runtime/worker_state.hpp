@@ -38,7 +38,8 @@ struct ShutdownState {
   bool wave_running = false;
   bool have_previous = false;  // the previous wave was balanced and idle
   uint64_t previous_sent = 0, previous_received = 0;
-  size_t acks_missing = 0;  // done_atom answers still expected
+  std::set<WorkerId> awaiting;  // S4: peers whose answer (done, or the deadline) is still expected
+  std::optional<ErrorInfo> finish_error;  // what rank 0's shutdown ends with once they answered
   bool finishing = false;   // done was broadcast: peers leaving now is expected
   bool deadline_armed = false;  // Note [Shutdown bound]: counted from the last entry
   std::map<WorkerId, std::vector<std::string>> running;  // each rank's last report of its running calls
@@ -125,6 +126,6 @@ void finish_shutdown_impl(worker_pointer self, std::optional<ErrorInfo> error);
 void on_peer_lost_during_shutdown_impl(worker_pointer self, WorkerId rank);
 void fail_shutdown_impl(worker_pointer self, WorkerId lost);
 void on_shutdown_deadline_impl(worker_pointer self);
-bool on_shutdown_deadline_from_coordinator_impl(worker_pointer self, const std::string& summary);
+void on_shutdown_deadline_from_coordinator_impl(worker_pointer self, const std::string& summary);
 
 }  // namespace castor::detail
