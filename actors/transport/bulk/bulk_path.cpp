@@ -61,13 +61,14 @@ namespace castor::detail {
 //      port: D6), so no message or tensor byte travels in plain. A
 //      link's session is used by one thread only, its writer on one side and
 //      its reader on the other (an OpenSSL session cannot take reads and
-//      writes from two threads), and writes through castor's BIO (no
-//      SIGPIPE, T7). OpenSSL encrypts into its own buffer and decrypts in
-//      its record buffer, so B1's "straight from and into tensor memory"
-//      gains a copy each way. The sending session's records go to a buffer
-//      of its stream, which sends up to 256 KiB of them in one call
-//      (bulk_stream.cpp): one send per 16 KiB record made a 64 MiB echo
-//      across TCP 1.3x slower (alternating pairs) and 16x the send calls.
+//      writes from two threads). The sending session's records go to a
+//      buffer of its stream, which sends up to 256 KiB of them in one call
+//      with MSG_NOSIGNAL (bulk_stream.cpp; no SIGPIPE, T7): one send per
+//      16 KiB record made a 64 MiB echo across TCP 1.3x slower (alternating
+//      pairs) and 16x the send calls. So B1's "straight from and into
+//      tensor memory" gains two copies on the sending side (OpenSSL
+//      encrypts into its buffer, the records go into the stream's) and one
+//      on the receiving side (OpenSSL decrypts in its record buffer).
 //      B7 stays on: addresses travel inside the session, and the bytes move
 //      kernel to kernel, never over a network.
 //  B7. Same host: when the receiver finds in the greeting that the sender

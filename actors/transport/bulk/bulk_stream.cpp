@@ -63,6 +63,7 @@ int collect_destroy(BIO*) { return 1; }  // the buffer is the stream's
 BIO_METHOD* collect_method() {
   static BIO_METHOD* method = [] {
     auto* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "castor record collector");
+    if (!m) return m;  // BIO_new then fails, and so does the stream
     BIO_meth_set_write(m, collect_write);
     BIO_meth_set_ctrl(m, collect_ctrl);
     BIO_meth_set_create(m, collect_create);
@@ -96,15 +97,17 @@ Stream::Stream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {
 bool Stream::write_all(const void* data, size_t n) {
   if (!ssl_) return net::write_all(fd_, data, n);
   auto* p = static_cast<const char*>(data);
-  while (n > 0) {
+  bool sent = true;
+  while (sent && n > 0) {
     size_t k = std::min(n, kCollectBytes);
-    if (!tls_all(ssl_.get(), p, k, [](SSL* s, const char* q, int m) { return SSL_write(s, q, m); }) ||
-        !send_records())
-      return false;
+    sent = tls_all(ssl_.get(), p, k, [](SSL* s, const char* q, int m) { return SSL_write(s, q, m); }) &&
+           send_records();
     p += k, n -= k;
   }
-  if (records_->capacity() > kKeepBytes) std::vector<char>().swap(*records_);
-  return true;
+  // A buffer grown by a large message is freed; so is one a failed write
+  // left (the link ends, and stays in its table until the worker stops).
+  if (!sent || records_->capacity() > kKeepBytes) std::vector<char>().swap(*records_);
+  return sent;
 }
 
 bool Stream::read_all(void* data, size_t n) {

@@ -34,8 +34,9 @@ class Stream {
 
   int fd_ = -1;
   // With TLS: the session's records of one write (B6), sent in one call.
-  // Before ssl_, which uses it until freed; on the heap, so that a moved
-  // stream's session still finds it.
+  // Before ssl_, which uses it until freed (the order covers destruction; a
+  // stream is only ever moved into an empty one); on the heap, so that a
+  // moved stream's session still finds it.
   std::unique_ptr<std::vector<char>> records_;
   SslPtr ssl_;
 };
