@@ -66,7 +66,8 @@ class BenchWorld {
   /// [Rejoin]); its earlier process must be dead. Its pid, or -1.
   int restart_peer(int rank, uint32_t incarnation);
   /// Waits (10 s at most each, then SIGKILL) until every peer process has
-  /// ended and reaps it; call after shutdown().
+  /// ended and reaps it; call after shutdown(). The world has no peer
+  /// processes afterwards (peer_pid and restart_peer have none to name).
   void reap_peers();
 
  private:
