@@ -285,7 +285,6 @@ void take_signals(const Request& req) {
   }
 }
 
-// Turns this freshly forked process into the requested one.
 // FS7: runs before the exit handlers registered at load (those came first).
 void leave_without_teardown(int status, void*) {
   std::cout.flush();  // the standard streams outlive this (never torn down here)
@@ -297,12 +296,17 @@ void leave_without_teardown(int status, void*) {
 
 // Not with a sanitizer (or, when one comes, a coverage build) whose work is
 // done at exit.
-void skip_teardown_at_exit() {
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-  ::on_exit(leave_without_teardown, nullptr);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kExitIsChecked = true;
+#else
+constexpr bool kExitIsChecked = false;
 #endif
+
+void skip_teardown_at_exit() {
+  if (!kExitIsChecked) ::on_exit(leave_without_teardown, nullptr);
 }
 
+// Turns this freshly forked process into the requested one.
 void become(const Request& req, int cwd_fd, int out_fd, const ProcAreas& areas, int& argc, char**& argv) {
   if (::fchdir(cwd_fd) != 0) {
     // Only a folder we may no longer enter fails here; the worker starts in the server's, its paths say the rest.
