@@ -177,7 +177,7 @@ void tell_peers_then_finish(worker_pointer self, std::optional<ErrorInfo> error,
     finish_shutdown_impl(self, sd.finish_error);
     return;
   }
-  for (WorkerId rank : std::vector<WorkerId>(sd.awaiting.begin(), sd.awaiting.end()))
+  for (WorkerId rank : sd.awaiting)  // answers come as later messages: the set does not change here
     self->request(st.peers[size_t(rank)]->handle, kAnswerBound, message...)
         .then([self, rank](bool) { peer_answered(self, rank); },
               [self, rank](caf::error&) { peer_answered(self, rank); });

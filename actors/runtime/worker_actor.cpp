@@ -118,16 +118,14 @@ worker_actor::behavior_type worker_behavior(worker_pointer self, Runtime* rt) {
       [self](probe_atom) { start_wave_impl(self); },
       [self](deadline_atom) { on_shutdown_deadline_impl(self); },
       [self](deadline_atom, std::string& summary) {
-        auto answer = self->make_response_promise<bool>();  // S5 of Note [Graceful shutdown]: answer, then finish
-        answer.deliver(true);
+        auto answer = self->response(true);  // S5 of Note [Graceful shutdown]: answer, then finish
         on_shutdown_deadline_from_coordinator_impl(self, summary);
         return answer;
       },
       [self](stop_atom, WorkerId rank) { fail_shutdown_impl(self, rank); },
       [self](probe_atom, int64_t round) { return local_report_impl(self, round); },
       [self](done_atom) {
-        auto answer = self->make_response_promise<bool>();  // S5 of Note [Graceful shutdown]: answer, then finish
-        answer.deliver(true);
+        auto answer = self->response(true);  // S5 of Note [Graceful shutdown]: answer, then finish
         finish_shutdown_impl(self, std::nullopt);
         return answer;
       },
