@@ -54,18 +54,11 @@ int bio_create(BIO* b) {
   return 1;
 }
 
-int bio_destroy(BIO*) { return 1; }  // the socket is castor's (the door's or the scribe's)
+int bio_destroy(BIO*) { return 1; }  // the socket or buffer is castor's (the door's, the scribe's, a stream's)
 
 BIO_METHOD* socket_method() {
-  static BIO_METHOD* method = [] {
-    auto* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "castor socket");
-    BIO_meth_set_write(m, bio_write);
-    BIO_meth_set_read(m, bio_read);
-    BIO_meth_set_ctrl(m, bio_ctrl);
-    BIO_meth_set_create(m, bio_create);
-    BIO_meth_set_destroy(m, bio_destroy);
-    return m;
-  }();
+  static BIO_METHOD* method = new_bio_method(BIO_TYPE_SOURCE_SINK | BIO_TYPE_DESCRIPTOR, "castor socket", bio_write,
+                                             bio_read, bio_ctrl);
   return method;
 }
 
@@ -80,6 +73,18 @@ std::string take_errors() {
 }
 
 }  // namespace
+
+BIO_METHOD* new_bio_method(int type, const char* name, int (*write)(BIO*, const char*, int),
+                           int (*read)(BIO*, char*, int), long (*ctrl)(BIO*, int, long, void*)) {
+  auto* m = BIO_meth_new(BIO_get_new_index() | type, name);
+  if (!m) return m;
+  BIO_meth_set_write(m, write);
+  if (read) BIO_meth_set_read(m, read);
+  BIO_meth_set_ctrl(m, ctrl);
+  BIO_meth_set_create(m, bio_create);
+  BIO_meth_set_destroy(m, bio_destroy);
+  return m;
+}
 
 int tls_passphrase_callback(char* buf, int size, int, void* user) {
   const auto* pass = static_cast<const std::string*>(user);
@@ -131,7 +136,8 @@ SslPtr TlsContext::session(int fd, bool server) const {
   ERR_clear_error();
   SslPtr ssl(SSL_new(ctx_));
   if (!ssl) throw std::runtime_error("TLS: cannot create a session: " + take_errors());
-  BIO* bio = BIO_new(socket_method());
+  BIO_METHOD* method = socket_method();
+  BIO* bio = method ? BIO_new(method) : nullptr;  // BIO_new does not take a null method
   if (!bio) throw std::runtime_error("TLS: cannot create a socket BIO: " + take_errors());
   BIO_set_data(bio, reinterpret_cast<void*>(intptr_t(fd)));
   SSL_set_bio(ssl.get(), bio, bio);  // the session owns the BIO

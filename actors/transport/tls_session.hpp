@@ -12,12 +12,22 @@
 
 using SSL = struct ssl_st;
 using SSL_CTX = struct ssl_ctx_st;
+using BIO = struct bio_st;
+using BIO_METHOD = struct bio_method_st;
 
 namespace castor::detail {
 
 /// OpenSSL's pem_password_cb for an encrypted key: `user` points to the
 /// passphrase (a std::string). Used by TlsContext and by check_tls.
 int tls_passphrase_callback(char* buf, int size, int rwflag, void* user);
+
+/// A BIO type of castor's own (the socket BIO of T7, the record collector
+/// of B6): `write` and `read` (none when null) move the bytes, `ctrl`
+/// answers OpenSSL's questions. A BIO of it is ready once made, and freeing
+/// one frees nothing: what it reads and writes is castor's. Null when
+/// OpenSSL has no memory; BIO_new of it then fails.
+BIO_METHOD* new_bio_method(int type, const char* name, int (*write)(BIO*, const char*, int),
+                           int (*read)(BIO*, char*, int), long (*ctrl)(BIO*, int, long, void*));
 
 /// Owns an SSL session (SSL_free on destruction).
 struct SslDeleter {

@@ -53,23 +53,11 @@ int collect_write(BIO* b, const char* data, int len) {
 
 long collect_ctrl(BIO*, int cmd, long, void*) { return cmd == BIO_CTRL_FLUSH ? 1 : 0; }
 
-int collect_create(BIO* b) {
-  BIO_set_init(b, 1);
-  return 1;
-}
-
-int collect_destroy(BIO*) { return 1; }  // the buffer is the stream's
-
+// Null without memory, and then the stream cannot be made. The buffer is
+// the stream's; the session only writes into it.
 BIO_METHOD* collect_method() {
-  static BIO_METHOD* method = [] {
-    auto* m = BIO_meth_new(BIO_get_new_index() | BIO_TYPE_SOURCE_SINK, "castor record collector");
-    if (!m) return m;  // BIO_new then fails, and so does the stream
-    BIO_meth_set_write(m, collect_write);
-    BIO_meth_set_ctrl(m, collect_ctrl);
-    BIO_meth_set_create(m, collect_create);
-    BIO_meth_set_destroy(m, collect_destroy);
-    return m;
-  }();
+  static BIO_METHOD* method =
+      new_bio_method(BIO_TYPE_SOURCE_SINK, "castor record collector", collect_write, nullptr, collect_ctrl);
   return method;
 }
 
@@ -88,7 +76,8 @@ constexpr size_t kKeepBytes = size_t(64) * 1024;
 Stream::Stream(int fd, SslPtr ssl) : fd_(fd), ssl_(std::move(ssl)) {
   if (!ssl_) return;
   records_ = std::make_unique<std::vector<char>>();
-  BIO* bio = BIO_new(collect_method());
+  BIO_METHOD* method = collect_method();
+  BIO* bio = method ? BIO_new(method) : nullptr;  // BIO_new does not take a null method
   if (!bio) throw std::runtime_error("TLS: cannot create a BIO for a bulk link");
   BIO_set_data(bio, records_.get());
   SSL_set0_wbio(ssl_.get(), bio);  // the socket BIO stays the session's rbio
