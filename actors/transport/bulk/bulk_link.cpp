@@ -10,7 +10,6 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
-#include <optional>
 #include <system_error>
 
 #include <caf/logger.hpp>
@@ -183,15 +182,13 @@ bool BulkPath::open(Link& link) {
                      net::Clock::now() + std::chrono::milliseconds(3000));
   int fd = dialed.fd;
   std::string why = dialed.error;
-  std::optional<Stream> made;
+  Stream stream;  // empty (no socket) until the dial's session has its record buffer
   try {
-    made.emplace(fd, std::move(dialed.ssl));
+    stream = Stream(fd, std::move(dialed.ssl));
   } catch (const std::exception& e) {  // no memory or no BIO for the session's records: the dial fails
     why = std::string("cannot set up the link's TLS session: ") + e.what();
     if (fd >= 0) watch(-1), ::close(fd), fd = -1;
-    made.emplace(-1, nullptr);
   }
-  Stream& stream = *made;
   bool same_host = false;
   if (fd >= 0) {
     net::set_nonblocking(fd, false);
