@@ -5,6 +5,7 @@
 #include "engine/gradient_store.hpp"
 
 #include <deque>
+#include <vector>
 
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -65,6 +66,14 @@ namespace castor::detail {
 //     of a pass that ended more than 8 passes ago in the same context is not
 //     recognised: it would have to lag behind 8 whole backward passes of its
 //     own context, each of which waits for its answers.
+//  C5 A part that ends tells its context before anything of it leaves that
+//     lets a peer go on: its answers, its last word (C1). The next pass's
+//     first gradient (retain_graph) comes after those, so it finds the
+//     context free and starts a part. Told after, the context could still
+//     name the ended part as running and pass the gradient to an actor that
+//     had quit, where CAF drops it: its sender then waited out the pass's
+//     timeout for an answer (test_autograd's retain_graph case under load,
+//     about 1 run in 30).
 //
 // Nodes run on executor threads, one drain at a time per task: the core is
 // handed to one thread, which runs ready nodes until none is left; gradients
@@ -116,12 +125,12 @@ void finish(task_pointer self, std::optional<ErrorInfo> error) {
   if (st.ended) return;
   st.ended = true;
   if (st.watch) st.ar->deadlines().unwatch(*st.watch);
+  // C5: the context learns first, before any answer can let a peer (or the
+  // backward() caller here) start another pass.
+  self->send(st.context, TaskEnded{error, !st.start.retain_graph});
   for (auto& ig : st.answer_after) answer(self, ig, error);
   for (auto& ig : st.queued) answer(self, ig, error);
   if (st.start.first) answer(self, *st.start.first, error);
-  // The context learns first, so that a backward() called right after this
-  // one returns finds the context free.
-  self->send(st.context, TaskEnded{error, !st.start.retain_graph});
   if (st.start.on_end) st.start.on_end(error);
   st.ar->counters().graph_tasks.fetch_sub(1);
   self->quit();
@@ -246,12 +255,14 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
   if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // K1 of Note [Gradient store]
   if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
   bool last_word = hands_back_last_word(self, d.outgoing);  // C1
+  std::vector<BackwardGrad> grads;
+  grads.reserve(d.outgoing.size());
   for (auto& o : d.outgoing) {
     auto peer = st.rt->world().peer(o.to);
     if (!peer)
       return finish(self, task_error(self, ErrorKind::Unreachable,
                                      "worker " + st.rt->name_of(o.to) + " is unreachable"));
-    BackwardGrad g;
+    auto& g = grads.emplace_back();
     g.context = st.start.context;
     g.send = o.send;
     g.from = st.rt->rank();
@@ -266,13 +277,16 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     g.timeout_ms = st.start.timeout.count();
     g.participants = st.start.participants;
     for (auto& t : o.grads) g.grads.push_back(t.defined() ? Value(std::move(t)) : Value());
-    st.rt->counters().sent.fetch_add(1);
-    st.rt->send_to_peer(o.to, std::move(g));
   }
   if (last_word) {
-    st.start.first.reset();  // answered by the gradients just sent
-    return finish(self, std::nullopt);
+    st.start.first.reset();      // answered by the gradients sent below
+    finish(self, std::nullopt);  // C5: the context learns before the parent can start another pass
   }
+  for (size_t i = 0; i < grads.size(); ++i) {
+    st.rt->counters().sent.fetch_add(1);
+    st.rt->send_to_peer(d.outgoing[i].to, std::move(grads[i]));
+  }
+  if (last_word) return;
   if (!d.outgoing.empty()) watch_deadline(self);  // W2: their answers have a deadline
   for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
   st.answer_after.clear();
