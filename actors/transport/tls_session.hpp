@@ -25,7 +25,8 @@ int tls_passphrase_callback(char* buf, int size, int rwflag, void* user);
 /// of B6): `write` and `read` (none when null) move the bytes, `ctrl`
 /// answers OpenSSL's questions. A BIO of it is ready once made, and freeing
 /// one frees nothing: what it reads and writes is castor's. Null when
-/// OpenSSL has no memory; BIO_new of it then fails.
+/// OpenSSL has no memory: callers check before BIO_new, which dereferences
+/// the method it is given.
 BIO_METHOD* new_bio_method(int type, const char* name, int (*write)(BIO*, const char*, int),
                            int (*read)(BIO*, char*, int), long (*ctrl)(BIO*, int, long, void*));
 
