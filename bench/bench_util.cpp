@@ -73,6 +73,26 @@ double median_us(int n, const std::function<void()>& f, int warmup) {
   return median(std::move(samples));
 }
 
+std::vector<double> paired_medians_us(const std::vector<Turn>& turns, int rounds, int block, int warmup) {
+  auto run_block = [](const Turn& t, int n, std::vector<double>* samples) {
+    if (t.enter) t.enter();
+    for (int i = 0; i < n; ++i) {
+      auto start = std::chrono::steady_clock::now();
+      t.call();
+      if (samples)
+        samples->push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (t.leave) t.leave();
+  };
+  for (const auto& t : turns) run_block(t, warmup, nullptr);
+  std::vector<std::vector<double>> samples(turns.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t i = 0; i < turns.size(); ++i) run_block(turns[i], block, &samples[i]);
+  std::vector<double> out;
+  for (auto& s : samples) out.push_back(median(std::move(s)));
+  return out;
+}
+
 namespace {
 
 // Starts this binary with `args` after argv[0] by exec: a process that

@@ -36,6 +36,21 @@ struct Options {
 double median_us(int n, const std::function<void()>& f, int warmup = 10);
 double median(std::vector<double> xs);
 
+/// One figure of a group timed in turns (paired_medians_us).
+struct Turn {
+  std::function<void()> call;                // one timed repetition
+  std::function<void()> enter = {}, leave = {};  // around each block of it, untimed (may be empty)
+};
+
+/// Times the `turns` in alternation: `rounds` rounds, in each of which every
+/// turn runs `block` timed calls in a row (after `warmup` untimed calls of
+/// each, once). Returns each turn's median over all its calls, in µs.
+/// This machine's speed drifts by up to 2x within minutes (a shared VM), so
+/// two figures taken one after the other can differ by that much for no
+/// reason of their own; taken in turns, both see the same machine and their
+/// ratio holds from run to run.
+std::vector<double> paired_medians_us(const std::vector<Turn>& turns, int rounds, int block, int warmup);
+
 /// TLS files for a bench world, made as a user makes them
 /// (scripts/make-certs.sh): a CA and certificates for worker0 to
 /// worker<n-1> in a temporary folder, removed with this object.
