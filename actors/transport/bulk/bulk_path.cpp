@@ -123,7 +123,10 @@ namespace castor::detail {
 //      recv that says EAGAIN: a plain read that came back short ends the
 //      link's turn, epoll being level-triggered); a read of
 //      tensor bytes takes what was read ahead and then goes straight into
-//      the tensor (B1 stays copy-free). A TLS link also reads ahead in OpenSSL.
+//      the tensor (B1 stays copy-free). A TLS link also reads ahead in OpenSSL,
+//      and skips the read that would say EAGAIN the same way: a callback on
+//      its session's socket BIO sees whether OpenSSL's read came back short
+//      (without it, each small TLS frame cost one more recv: 2 per call).
 //      Small frames that queued up behind a busy link (a large frame being
 //      written, a full socket) leave together in one write (up to 64 frames
 //      or 256 KiB; one SSL_write with TLS), in their queue's order (B3). Measured

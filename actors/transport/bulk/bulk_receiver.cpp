@@ -87,6 +87,15 @@ constexpr int kGreetingTickMs = 5;
 
 enum class Got { bytes, later, ended };
 
+// B9 with TLS: OpenSSL reads the socket itself (through castor's socket
+// BIO); this callback on a link's session sees each read return and marks
+// the link drained when the socket gave less than the session asked for.
+long note_short_read(BIO* b, int oper, const char*, size_t len, int, long, int ret, size_t* processed) {
+  if (oper == (BIO_CB_READ | BIO_CB_RETURN))
+    *static_cast<bool*>(static_cast<void*>(BIO_get_callback_arg(b))) = ret <= 0 || !processed || *processed < len;
+  return ret;
+}
+
 template <class T>
 T peek(const char* p) {
   T x;
@@ -110,9 +119,10 @@ struct Incoming {
   bool ended = false;  // the peer closed, the link broke, or it was dropped
   bool muted = false;  // off epoll while it waits for this worker's init
   size_t turn = 0;     // bytes read in this turn (B11)
-  // B9: a plain read this turn came back short: the socket held no more
-  // then, so the next read would only say EAGAIN. The link waits for epoll
-  // instead (level-triggered: it reports bytes that came since).
+  // B9: a read of the socket this turn came back short (plain: ours; TLS:
+  // the session's, seen by note_short_read): the socket held no more then,
+  // so the next read would only say EAGAIN. The link waits for epoll instead
+  // (level-triggered: it reports bytes that came since).
   bool drained = false;
   // The greeting (B3).
   int32_t from = -1;
@@ -147,6 +157,8 @@ struct Incoming {
         return Got::ended;  // closed, reset, or shut down by stop()
       }
     }
+    // Records the session has read but not handed out yet are read first.
+    if (drained && !SSL_has_pending(ssl.get())) return Got::later;
     // T6 of Note [TLS]: the thread's error queue is empty before and after.
     ERR_clear_error();
     int r = SSL_read(ssl.get(), p, int(std::min(n, size_t(1) << 30)));
@@ -269,7 +281,12 @@ void Receiver::add(Admitted admitted) {
   auto in = std::make_unique<Incoming>();
   in->fd = fd;
   in->ssl = std::move(admitted.ssl);
-  if (in->ssl) SSL_set_read_ahead(in->ssl.get(), 1);  // B9: a record's header and body in one recv
+  if (in->ssl) {
+    SSL_set_read_ahead(in->ssl.get(), 1);  // B9: a record's header and body in one recv
+    BIO* socket = SSL_get_rbio(in->ssl.get());
+    BIO_set_callback_arg(socket, reinterpret_cast<char*>(&in->drained));  // the link outlives its session
+    BIO_set_callback_ex(socket, note_short_read);
+  }
   // B3: the greeting, and this worker's answer to it, come at once or not
   // at all (the sender waits kGreetingLimitSeconds for the answer).
   in->deadline = Clock::now() + std::chrono::seconds(kGreetingLimitSeconds - 1);
