@@ -584,39 +584,66 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
   return results;
 }
 
+struct SingleProcessTraining::State {
+  State(const PsConfig& c, int64_t trainers)
+      : cfg(c),
+        train(cached_fashion_mnist("train", c.data_dir, c.limit)),
+        test(cached_fashion_mnist("t10k", c.data_dir, c.test_limit)),
+        steps(steps_per_epoch(train.size(), trainers, c.batch)),
+        batch(c.batch * trainers),
+        params(init_mlp(c.hidden, uint64_t(c.seed))) {
+    for (auto& p : params) p.requires_grad_(true);
+    sgd = std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(c.lr).momentum(c.momentum));
+  }
+  PsConfig cfg;
+  const Dataset& train;
+  const Dataset& test;
+  int64_t steps, batch;
+  Params params;
+  std::unique_ptr<torch::optim::SGD> sgd;
+  int64_t epoch = 0;
+};
+
+SingleProcessTraining::SingleProcessTraining(const PsConfig& cfg, int64_t trainers, int threads)
+    : state_(std::make_unique<State>(cfg, trainers)), threads_(threads) {}
+
+SingleProcessTraining::~SingleProcessTraining() = default;
+
+EpochResult SingleProcessTraining::next_epoch() {
+  auto& st = *state_;
+  int64_t epoch = ++st.epoch;
+  int threads_before = at::get_num_threads();
+  at::set_num_threads(threads_);
+  for (auto& group : st.sgd->param_groups())
+    static_cast<torch::optim::SGDOptions&>(group.options()).lr(epoch_learning_rate(st.cfg, epoch));
+  auto start = Clock::now();
+  auto order = shard_order(st.train.size(), 1, 1, epoch, st.cfg.seed);
+  double loss_sum = 0;
+  for (int64_t s = 0; s < st.steps; ++s) {
+    auto idx = order.slice(0, s * st.batch, (s + 1) * st.batch);
+    st.sgd->zero_grad();
+    auto loss = mlp_loss(st.params, st.train.images.index_select(0, idx), st.train.labels.index_select(0, idx));
+    loss.backward();
+    st.sgd->step();
+    loss_sum += loss.item<double>();
+  }
+  EpochResult r;
+  r.epoch = epoch;
+  r.seconds = seconds_since(start);
+  r.samples_per_s = double(st.steps * st.batch) / r.seconds;
+  r.train_loss = loss_sum / double(st.steps);
+  r.test = evaluate(st.params, st.test);
+  at::set_num_threads(threads_before);  // a worker of this process may run its ops on fewer
+  return r;
+}
+
 std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
                                               const std::function<void(const EpochResult&)>& on_epoch, int threads) {
-  at::set_num_threads(threads);
-  const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
-  const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
-  int64_t steps = steps_per_epoch(train.size(), trainers, cfg.batch);
-  int64_t batch = cfg.batch * trainers;
-  auto params = init_mlp(cfg.hidden, uint64_t(cfg.seed));
-  for (auto& p : params) p.requires_grad_(true);
-  torch::optim::SGD sgd(params, torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
+  SingleProcessTraining training(cfg, trainers, threads);
   std::vector<EpochResult> results;
   for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    for (auto& group : sgd.param_groups())
-      static_cast<torch::optim::SGDOptions&>(group.options()).lr(epoch_learning_rate(cfg, epoch));
-    auto start = Clock::now();
-    auto order = shard_order(train.size(), 1, 1, epoch, cfg.seed);
-    double loss_sum = 0;
-    for (int64_t s = 0; s < steps; ++s) {
-      auto idx = order.slice(0, s * batch, (s + 1) * batch);
-      sgd.zero_grad();
-      auto loss = mlp_loss(params, train.images.index_select(0, idx), train.labels.index_select(0, idx));
-      loss.backward();
-      sgd.step();
-      loss_sum += loss.item<double>();
-    }
-    EpochResult r;
-    r.epoch = epoch;
-    r.seconds = seconds_since(start);
-    r.samples_per_s = double(steps * batch) / r.seconds;
-    r.train_loss = loss_sum / double(steps);
-    r.test = evaluate(params, test);
-    results.push_back(r);
-    if (on_epoch) on_epoch(r);
+    results.push_back(training.next_epoch());
+    if (on_epoch) on_epoch(results.back());
   }
   return results;
 }

@@ -69,6 +69,7 @@
 
 #include <chrono>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -175,9 +176,28 @@ double async_momentum(double asked, int64_t trainers);
 
 /// The same model, data and seed trained in one process with libtorch's
 /// SGD on batches of `batch * trainers` (what a sync round averages), on
-/// `threads` intra-op threads (castor-bench runs it on 1 and on the
-/// machine's cores and keeps the faster: the same arithmetic with no
-/// messages is the limit training can reach).
+/// `threads` intra-op threads, one epoch per call: castor-bench times an
+/// epoch of it between castor's epochs (on 1 thread and on the machine's
+/// cores, and keeps the faster): the same arithmetic with no messages is the
+/// limit training can reach.
+class SingleProcessTraining {
+ public:
+  SingleProcessTraining(const PsConfig& cfg, int64_t trainers, int threads = 1);
+  ~SingleProcessTraining();
+  SingleProcessTraining(const SingleProcessTraining&) = delete;
+  SingleProcessTraining& operator=(const SingleProcessTraining&) = delete;
+
+  /// Trains the next epoch (from 1) and evaluates; the process's intra-op
+  /// thread count is as before afterwards.
+  EpochResult next_epoch();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+  int threads_;
+};
+
+/// `cfg.epochs` epochs of SingleProcessTraining, `on_epoch` after each.
 std::vector<EpochResult> train_single_process(const PsConfig& cfg, int64_t trainers,
                                               const std::function<void(const EpochResult&)>& on_epoch = {},
                                               int threads = 1);
