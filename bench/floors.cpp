@@ -6,6 +6,7 @@
 #include <sched.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -77,12 +78,15 @@ EchoFloor::EchoFloor(size_t bytes, int child_cpu) : out_(bytes, 'x'), back_(byte
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof addr;
   if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(lfd, 1) != 0 ||
-      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0)
+      ::getsockname(lfd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (lfd >= 0) ::close(lfd);
     throw std::runtime_error("floors: cannot listen on loopback");
+  }
   child_ = ::fork();
   if (child_ == 0) {  // only system calls from here on
     if (child_cpu >= 0) pin_to(child_cpu, cpu_set_t{});
     int c = ::accept(lfd, nullptr, nullptr);
+    if (c < 0) ::_exit(1);
     int one = 1;
     ::setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     while (recv_all(c, back_.data(), back_.size()) && send_all(c, back_.data(), back_.size())) {
@@ -94,8 +98,13 @@ EchoFloor::EchoFloor(size_t bytes, int child_cpu) : out_(bytes, 'x'), back_(byte
   fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+  if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd_);
+    ::kill(child_, SIGKILL);  // it waits in accept, for no one now
+    int status;
+    ::waitpid(child_, &status, 0);
     throw std::runtime_error("floors: cannot connect on loopback");
+  }
 }
 
 EchoFloor::~EchoFloor() {
