@@ -45,16 +45,14 @@ bool recv_all(int fd, char* p, size_t n) {
   return true;
 }
 
-// Pins the calling thread to core `cpu` (-1: to `mask`).
-void pin_to(int cpu, const cpu_set_t& mask) {
-  if (cpu < 0) {
-    ::sched_setaffinity(0, sizeof mask, &mask);
-    return;
-  }
+// The calling thread's cores: all of `mask`, or the one core `cpu`.
+void set_cores(const cpu_set_t& mask) { ::sched_setaffinity(0, sizeof mask, &mask); }
+
+void pin_to(int cpu) {
   cpu_set_t one;
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
-  ::sched_setaffinity(0, sizeof one, &one);
+  set_cores(one);
 }
 
 cpu_set_t cores_now() {
@@ -84,7 +82,7 @@ EchoFloor::EchoFloor(size_t bytes, int child_cpu) : out_(bytes, 'x'), back_(byte
   }
   child_ = ::fork();
   if (child_ == 0) {  // only system calls from here on
-    if (child_cpu >= 0) pin_to(child_cpu, cpu_set_t{});
+    if (child_cpu >= 0) pin_to(child_cpu);
     int c = ::accept(lfd, nullptr, nullptr);
     if (c < 0) ::_exit(1);
     int one = 1;
@@ -131,8 +129,8 @@ Turn PingPongFloor::turn() {
   auto before = std::make_shared<cpu_set_t>(cores_now());
   Turn t{[this] { echo_.round_trip(); }};
   if (pin_) {
-    t.enter = [before] { pin_to(0, *before); };
-    t.leave = [before] { pin_to(-1, *before); };  // the figures timed in turns with it run unpinned
+    t.enter = [] { pin_to(0); };
+    t.leave = [before] { set_cores(*before); };  // the figures timed in turns with it run unpinned
   }
   return t;
 }
@@ -177,10 +175,10 @@ std::vector<Figure> bench_floors(const Options& opts) {
   double same_core = 0;
   if (two_cores_to_pin()) {
     auto before = cores_now();
-    pin_to(0, before);
+    pin_to(0);
     EchoFloor echo(64, 0);
     same_core = median_us(3000 * r, [&] { echo.round_trip(); }, 200);
-    pin_to(-1, before);
+    set_cores(before);
   }
   out.push_back({"floor_tcp_pingpong_same_core_us", same_core});
   EchoFloor echo_1mib(size_t(1) << 20);

@@ -284,7 +284,7 @@ void Receiver::add(Admitted admitted) {
   if (in->ssl) {
     SSL_set_read_ahead(in->ssl.get(), 1);  // B9: a record's header and body in one recv
     BIO* socket = SSL_get_rbio(in->ssl.get());
-    BIO_set_callback_arg(socket, reinterpret_cast<char*>(&in->drained));  // the link outlives its session
+    BIO_set_callback_arg(socket, reinterpret_cast<char*>(&in->drained));  // freed with the link, as the session is
     BIO_set_callback_ex(socket, note_short_read);
   }
   // B3: the greeting, and this worker's answer to it, come at once or not
