@@ -3,7 +3,6 @@
 // at a time (see Note [FAST mode]); nothing here is shared.
 #pragma once
 
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,15 +42,20 @@ class GraphTaskCore {
   /// false if that send is not part of this pass.
   bool add_send_grads(const std::shared_ptr<SendRpcBackward>& send, std::vector<at::Tensor> grads);
 
+  /// Called with the gradients for other workers gathered so far, before a
+  /// heavy node runs (D2 of Note [Drain order]).
+  using SendEarly = std::function<void(std::vector<OutgoingGrad>&&)>;
+
   /// Executes ready nodes until none is left; gradients for other workers go
-  /// to `out`. Throws what a node throws (with the node's name prefixed).
-  /// With `light_only`, stops before the first node that is not light.
-  void run(std::vector<OutgoingGrad>& out, bool light_only = false);
+  /// to `out`, or to `send_early` when one is given and a heavy node comes
+  /// next. Throws what a node throws (with the node's name prefixed). With
+  /// `light_only`, stops before the first node that is not light.
+  void run(std::vector<OutgoingGrad>& out, bool light_only = false, const SendEarly& send_early = {});
 
   bool has_ready() const { return !ready_.empty(); }
   /// The next ready node is light: castor's own, or libtorch's on small
   /// tensors without user hooks (Note [Light nodes]).
-  bool next_is_light() const { return !ready_.empty() && is_light(ready_.front()); }
+  bool next_is_light() const { return !ready_.empty() && is_light(ready_.back()); }
   /// Every node of the pass ran.
   bool finished() const { return executed_ == nodes_.size(); }
   /// The send functions of this pass still waiting for their gradient.
@@ -76,7 +80,7 @@ class GraphTaskCore {
   std::unordered_map<torch::autograd::Node*, std::vector<at::Tensor>> buffers_;
   std::unordered_map<uint64_t, std::shared_ptr<SendRpcBackward>> sends_;  // by message id
   std::unordered_set<uint64_t> sends_fed_;
-  std::deque<torch::autograd::Node*> ready_;
+  std::vector<torch::autograd::Node*> ready_;  // a stack: the newest ready node runs first (D1)
   size_t executed_ = 0;
 };
 

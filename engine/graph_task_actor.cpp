@@ -193,10 +193,17 @@ void drain(task_pointer self) {
   auto ctx = st.start.context;
   bool posted = st.rt->post([core, me, ar, ctx]() mutable {
     DrainDone d;
+    // D2 of Note [Drain order]: this thread runs the actor for them, then goes on.
+    auto send_early = [&me, ar](std::vector<OutgoingGrad>&& outgoing) {
+      DrainDone early;
+      early.goes_on = true;
+      early.outgoing = std::move(outgoing);
+      ar->deliver(me, std::move(early));
+    };
     {
       ContextScope scope(ar, ctx);  // hooks and functions run in the pass's context
       try {
-        core->run(d.outgoing);
+        core->run(d.outgoing, /*light_only=*/false, send_early);
       } catch (const std::exception& e) {
         d.error = e.what();
       }
@@ -248,20 +255,20 @@ bool hands_back_last_word(task_pointer self, const std::vector<OutgoingGrad>& ou
   return true;
 }
 
-void on_drain_done(task_pointer self, DrainDone&& d) {
+// The gradients of `outgoing` as messages; with `last_word`, each is the
+// answer to our first gradient (C1), else a request of ours that wants an
+// answer. Ends the pass, and returns nothing, if a peer is unreachable.
+std::optional<std::vector<BackwardGrad>> to_messages(task_pointer self, std::vector<OutgoingGrad>& outgoing,
+                                                     bool last_word) {
   auto& st = self->state;
-  st.core = std::move(d.core);
-  st.last_progress = Clock::now();
-  if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // K1 of Note [Gradient store]
-  if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
-  bool last_word = hands_back_last_word(self, d.outgoing);  // C1
   std::vector<BackwardGrad> grads;
-  grads.reserve(d.outgoing.size());
-  for (auto& o : d.outgoing) {
+  grads.reserve(outgoing.size());
+  for (auto& o : outgoing) {
     auto peer = st.rt->world().peer(o.to);
-    if (!peer)
-      return finish(self, task_error(self, ErrorKind::Unreachable,
-                                     "worker " + st.rt->name_of(o.to) + " is unreachable"));
+    if (!peer) {
+      finish(self, task_error(self, ErrorKind::Unreachable, "worker " + st.rt->name_of(o.to) + " is unreachable"));
+      return std::nullopt;
+    }
     auto& g = grads.emplace_back();
     g.context = st.start.context;
     g.send = o.send;
@@ -278,18 +285,52 @@ void on_drain_done(task_pointer self, DrainDone&& d) {
     g.participants = st.start.participants;
     for (auto& t : o.grads) g.grads.push_back(t.defined() ? Value(std::move(t)) : Value());
   }
+  return grads;
+}
+
+void send_messages(task_pointer self, const std::vector<OutgoingGrad>& outgoing, std::vector<BackwardGrad>& grads) {
+  auto& st = self->state;
+  for (size_t i = 0; i < grads.size(); ++i) {
+    st.rt->counters().sent.fetch_add(1);
+    st.rt->send_to_peer(outgoing[i].to, std::move(grads[i]));
+  }
+}
+
+// D2 of Note [Drain order]: a drain still running sends what it has so far.
+void send_early(task_pointer self, DrainDone&& d) {
+  auto& st = self->state;
+  if (st.ended) return;  // the pass failed meanwhile: nobody wants them
+  st.last_progress = Clock::now();
+  auto grads = to_messages(self, d.outgoing, /*last_word=*/false);
+  if (!grads) return;
+  send_messages(self, d.outgoing, *grads);
+  watch_deadline(self);  // W2: their answers have a deadline
+}
+
+void on_drain_done(task_pointer self, DrainDone&& d) {
+  if (d.goes_on) return send_early(self, std::move(d));
+  auto& st = self->state;
+  st.core = std::move(d.core);
+  st.last_progress = Clock::now();
+  if (!d.captured.empty() && st.start.grads) st.start.grads->add(std::move(d.captured));  // K1 of Note [Gradient store]
+  if (d.error) return finish(self, task_error(self, ErrorKind::Autograd, *d.error));
+  bool last_word = hands_back_last_word(self, d.outgoing);  // C1
+  auto grads = to_messages(self, d.outgoing, last_word);
+  if (!grads) return;
   if (last_word) {
     st.start.first.reset();      // answered by the gradients sent below
     finish(self, std::nullopt);  // C5: the context learns before the parent can start another pass
   }
-  for (size_t i = 0; i < grads.size(); ++i) {
-    st.rt->counters().sent.fetch_add(1);
-    st.rt->send_to_peer(d.outgoing[i].to, std::move(grads[i]));
-  }
+  send_messages(self, d.outgoing, *grads);
   if (last_word) return;
   if (!d.outgoing.empty()) watch_deadline(self);  // W2: their answers have a deadline
-  for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
-  st.answer_after.clear();
+  // A later gradient is answered once the nodes it made ready have run: not
+  // after a light drain that stopped before a heavy node; drain() answers it
+  // when the queue runs dry.
+  if (!st.core->has_ready()) {
+    for (auto& ig : st.answer_after) answer(self, ig, std::nullopt);
+    st.answer_after.clear();
+  }
   // One at a time: a light drain runs within accept_later_grad and may end
   // the task or hand the core away, and what is left stays queued (finish()
   // answers it, or the next DrainDone takes it up).

@@ -16,9 +16,12 @@
 
 namespace castor::detail {
 
-/// An executor thread finished running the core's ready nodes.
+/// An executor thread finished running the core's ready nodes, or (with
+/// `goes_on`) has gradients for peers before its next heavy node (D2 of
+/// Note [Drain order]): then only `outgoing` is set and the core stays out.
 struct DrainDone {
   std::shared_ptr<GraphTaskCore> core;  // handed back
+  bool goes_on = false;
   std::vector<OutgoingGrad> outgoing;
   std::vector<std::pair<at::Tensor, at::Tensor>> captured;
   std::optional<std::string> error;

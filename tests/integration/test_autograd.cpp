@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdlib>
+#include <future>
 #include <thread>
 
 #include <torch/torch.h>
@@ -340,6 +341,42 @@ TEST_CASE("a gradient that is not answered within the pass's timeout fails the p
     CHECK(msg.find("worker worker1 did not answer the gradients sent to it") != std::string::npos);
     CHECK(msg.find("within 300 ms") != std::string::npos);
     CHECK(waited < milliseconds(2500));  // failed on its deadline, not when worker1 woke up
+  }
+  CHECK(eventually([&] { return no_context_anywhere(world); }));
+}
+
+// D2 of Note [Drain order]: worker1's part runs on an executor thread (its
+// tensors are too big for light nodes); the gradient it owes worker2 is ready
+// before its user function's node, and must not wait for it.
+TEST_CASE("a worker sends a peer its gradient before its own heavy node runs (D2 of Note [Drain order])") {
+  LocalWorld world(3, [](WorkerOptions& o) { fast(o); });
+  using castor::detail::MessageType;
+  auto x = leaf({100, 100}, 18);
+  {
+    auto& gate = castor::test::gate("drain order");
+    gate.reset();
+    castor::test::OpenOnExit open_gate{gate};
+    autograd::Context ctx(world[0]);
+    auto y = world[0].rpc_sync<torch::Tensor>("worker1", "hop_beside_gated_backward", std::string("worker2"),
+                                              std::string("drain order"), x);
+    auto before = received(world[2], MessageType::backward_grad);
+    auto pass = std::async(std::launch::async, [&] { ctx.backward({y.sum()}); });
+    REQUIRE(gate.wait_arrived(1, milliseconds(20000)));  // worker1 is inside its gated node
+    CHECK(eventually([&] { return received(world[2], MessageType::backward_grad) == before + 1; }, milliseconds(10000)));
+    gate.open();
+    REQUIRE(pass.wait_for(std::chrono::seconds(20)) == std::future_status::ready);
+    pass.get();
+    // y = x + x * x
+    CHECK(close(ctx.gradients().at(x), 1 + 2 * x.detach()));
+  }
+  {
+    // The node after the early gradient throws: the pass fails naming
+    // worker1, and worker2's part, answered to nobody, is released.
+    autograd::Context ctx(world[0]);
+    auto y = world[0].rpc_sync<torch::Tensor>("worker1", "hop_beside_explosion", std::string("worker2"), x);
+    auto msg = error_of<AutogradError>([&] { ctx.backward({y.sum()}); });
+    CHECK(msg.find("worker worker1") != std::string::npos);
+    CHECK(msg.find("backward exploded") != std::string::npos);
   }
   CHECK(eventually([&] { return no_context_anywhere(world); }));
 }

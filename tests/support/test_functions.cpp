@@ -352,6 +352,26 @@ struct SlowBackward : torch::autograd::Function<SlowBackward> {
     return {g[0], at::Tensor()};
   }
 };
+// A function whose backward waits at gate `name` (test::gate), at most 30 s.
+struct GatedBackward : torch::autograd::Function<GatedBackward> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, std::string name) {
+    ctx->saved_data["gate"] = name;
+    return x * 1;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list g) {
+    if (!castor::test::gate(ctx->saved_data["gate"].toStringRef()).pass(std::chrono::seconds(30)))
+      throw std::runtime_error("the backward's gate was not opened within 30 s");
+    return {g[0], at::Tensor()};
+  }
+};
+// `held` + peer's x * x. The sum's edges are [held, received]: the received
+// tensor's RecvRpcBackward runs first (D1 of Note [Drain order]), so its
+// gradient for the peer is ready while `held`'s node (user code: heavy) is
+// still to run, and leaves before it (D2).
+at::Tensor beside_a_hop(const std::string& peer, const at::Tensor& held, const at::Tensor& x) {
+  return held + castor::current_worker().rpc_sync<at::Tensor>(peer, "mul_pair", x, x);
+}
 at::Tensor& shared_param() {
   static at::Tensor p = at::full({3}, 2.0).set_requires_grad(true);
   return p;
@@ -366,6 +386,15 @@ CASTOR_FUNCTION(nested_mul, [](std::string peer, at::Tensor a, at::Tensor b) {
 });
 CASTOR_FUNCTION(explode, [](at::Tensor x) { return ExplodingBackward::apply(x); });
 CASTOR_FUNCTION(slow_backward, [](at::Tensor x, int64_t ms) { return SlowBackward::apply(x, ms); });
+CASTOR_FUNCTION(hop_beside_gated_backward, [](std::string peer, std::string gate, at::Tensor x) {
+  return beside_a_hop(peer, GatedBackward::apply(x, gate), x);
+});
+CASTOR_FUNCTION(hop_beside_slow_backward, [](std::string peer, int64_t ms, at::Tensor x) {
+  return beside_a_hop(peer, SlowBackward::apply(x, ms), x);
+});
+CASTOR_FUNCTION(hop_beside_explosion, [](std::string peer, at::Tensor x) {
+  return beside_a_hop(peer, ExplodingBackward::apply(x), x);
+});
 // The gradient flowing into the intermediate is scaled by a hook registered here.
 CASTOR_FUNCTION(hooked, [](at::Tensor x) {
   auto y = x * 2;
