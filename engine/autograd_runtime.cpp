@@ -171,19 +171,33 @@ void AutogradRuntime::handle_done(BackwardDone&& done) {
 }
 
 void AutogradRuntime::handle_control(ContextControl&& msg) {
-  if (auto actor = context(msg.context, false)) deliver(actor, std::move(msg));
+  if (auto actor = context(msg.context, false)) return deliver(actor, std::move(msg));
+  // Note [Context cleanup], the dead link: a join for a context released
+  // here already is answered with its cleanup.
+  if (msg.op == ContextControl::join && msg.context.worker() == rt_.rank() && rt_.world().peer(msg.from)) {
+    rt_.counters().sent.fetch_add(1);
+    rt_.send_to_peer(msg.from, ContextControl{msg.context, ContextControl::cleanup, rt_.rank(), {}, {}});
+  }
 }
 
 void AutogradRuntime::on_peer_down(WorkerId rank) {
-  // A context made by the dead worker is released here (Note [Context
-  // cleanup]), so one that has no actor yet gets one now (F2).
-  std::vector<ContextId> orphans;
+  // A context made by the dead worker is released here, and one that talked
+  // to it asks its creator to reach us directly (Note [Context cleanup]): so
+  // one that has no actor yet gets one now (F2).
+  std::vector<ContextId> touched;
   {
     std::lock_guard<std::mutex> lock(mtx_);
-    for (auto& [id, box] : inboxes_)
-      if (id.worker() == rank && !contexts_.count(id)) orphans.push_back(id);
+    for (auto& [id, box] : inboxes_) {
+      if (contexts_.count(id)) continue;
+      bool talked = id.worker() == rank;
+      if (!talked) {
+        std::lock_guard<std::mutex> box_lock(box->mtx);
+        talked = box->peers.count(rank) > 0;
+      }
+      if (talked) touched.push_back(id);
+    }
   }
-  for (auto id : orphans) context(id, false);
+  for (auto id : touched) context(id, false);
   std::vector<context_actor> all;
   {
     std::lock_guard<std::mutex> lock(mtx_);

@@ -35,6 +35,14 @@ namespace castor::detail {
 // part releases its own part when it learns of the death (release_orphan;
 // each survivor learns it itself, so no cleanup travels), and counts it in
 // what the dead worker left behind (castor inspect).
+// A worker that dies can also have been the only way from the creator to a
+// survivor (worker0 called worker1, which called worker2 in the context):
+// the creator's cleanup would travel through the dead worker and never reach
+// the survivor. So a survivor that exchanged messages in a context with the
+// dead worker, and is not the creator, asks the creator to count it among
+// its peers (join); the creator's cleanup then reaches it directly. A
+// creator that has released the context already answers the join with a
+// cleanup at once (AutogradRuntime::handle_control).
 
 namespace {
 
@@ -180,6 +188,10 @@ void on_task_ended(context_pointer self, TaskEnded&& e) {
 
 void on_control(context_pointer self, ContextControl&& msg) {
   auto& st = self->state;
+  if (msg.op == ContextControl::join) {  // Note [Context cleanup], the dead link
+    if (msg.from != st.rt->rank()) st.peers.insert(msg.from);
+    return;
+  }
   auto from = msg.from;
   msg.from = st.rt->rank();
   if (msg.op == ContextControl::abort) {
@@ -243,8 +255,14 @@ context_actor::behavior_type context_behavior(context_pointer self, AutogradRunt
       },
       [self](peer_down_atom, WorkerId w) {
         take_forward(self);
-        if (self->state.task) self->send(self->state.task, peer_down_atom::value, w);
-        if (w == self->state.id.worker()) release_orphan(self, w);
+        auto& st = self->state;
+        if (st.task) self->send(st.task, peer_down_atom::value, w);
+        auto creator = st.id.worker();
+        if (w == creator) return release_orphan(self, w);
+        // Note [Context cleanup], the dead link: the creator may have had
+        // no other way to us.
+        if (st.peers.erase(w) && creator != st.rt->rank())
+          send_to_peer(st.rt, creator, ContextControl{st.id, ContextControl::join, st.rt->rank(), {}, {}});
       },
   };
 }

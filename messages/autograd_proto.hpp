@@ -77,9 +77,11 @@ struct BackwardDone {
 };
 
 /// Context lifecycle messages that travel along the workers a context talked
-/// to: cleanup (release the context) or abort (stop its backward pass).
+/// to: cleanup (release the context) or abort (stop its backward pass); and
+/// join, from a worker that took part through a peer that died, to the
+/// context's creator (Note [Context cleanup]).
 struct ContextControl {
-  enum Op : uint8_t { cleanup = 0, abort = 1 };
+  enum Op : uint8_t { cleanup = 0, abort = 1, join = 2 };
   ContextId context;
   uint8_t op = cleanup;
   WorkerId from = -1;
@@ -91,7 +93,7 @@ struct ContextControl {
     if constexpr (std::is_base_of<caf::deserializer, Inspector>::value)
       return wire::decode_or_mark(f, x.malformed, [&]() -> caf::error {
         if (auto err = f(x.context, x.op, x.from, x.reason)) return err;
-        if (x.op > abort) return wire::refuse("unknown context operation " + std::to_string(x.op));
+        if (x.op > join) return wire::refuse("unknown context operation " + std::to_string(x.op));
         return caf::none;
       });
     else

@@ -6,8 +6,9 @@
 // castor inspect what it released. The dead worker is a real process.
 // Then a worker killed at each point of each protocol (a fork not yet
 // confirmed, a backward in flight, an optimizer step, a bulk transfer, a
-// nested call): every survivor's counts of RRefs, contexts, graph tasks and
-// calls return to zero, and the survivors shut down together.
+// nested call, a context that reached a survivor only through the dead
+// worker): every survivor's counts of RRefs, contexts, graph tasks and calls
+// return to zero, and the survivors shut down together.
 #include <doctest/doctest.h>
 
 #include <signal.h>
@@ -218,6 +219,36 @@ void kill_worker1_at(const std::string& point) {
       backward = std::async(std::launch::async, [&ctx, z] { ctx->backward({z.sum()}); });
       REQUIRE(eventually([&] { return w0.autograd_debug_info().at("num_running_graph_tasks") == 1; }));
       std::this_thread::sleep_for(milliseconds(200));  // worker1 is inside the slow backward
+    } else if (point == "a context that reached worker2 only through it" ||
+               point == "a context that reached worker2 only through it, released before the kill") {
+      // worker0 never talked to worker2: its cleanup would travel through
+      // worker1 (Note [Context cleanup], the dead link). worker2 asks
+      // worker0 to reach it directly, before worker0 releases the context
+      // or, in the second case, after (worker1, frozen, never passed the
+      // cleanup on): then worker0 answers with the cleanup.
+      ctx.emplace(w0);
+      auto x = at::ones({2}).set_requires_grad(true);
+      CHECK(at::equal(w0.rpc_sync<at::Tensor>("worker1", "chain", std::vector<std::string>{"worker2"}, x), x + 2));
+      CHECK(w2.autograd_debug_info().at("num_autograd_contexts") == 1);
+      if (point != "a context that reached worker2 only through it") {
+        REQUIRE(child.freeze());
+        ctx.reset();
+        CHECK(w0.autograd_debug_info().at("num_autograd_contexts") == 0);
+        CHECK(w2.autograd_debug_info().at("num_autograd_contexts") == 1);
+      }
+    } else if (point == "a gradient sent ahead of a slow node") {
+      // D2 of Note [Drain order]: worker1 sends worker2 its gradient, then
+      // runs its slow node; it dies there. worker2 got a request from it
+      // and answers into a dead link.
+      ctx.emplace(w0);
+      auto x = at::ones({100, 100}).set_requires_grad(true);
+      auto z = w0.rpc_sync<at::Tensor>("worker1", "hop_beside_slow_backward", std::string("worker2"), int64_t(60000), x);
+      auto grads_before = castor::testing::runtime(w2).stats.received[size_t(castor::detail::MessageType::backward_grad)].load();
+      backward = std::async(std::launch::async, [&ctx, z] { ctx->backward({z.sum()}); });
+      REQUIRE(eventually([&] {
+        return castor::testing::runtime(w2).stats.received[size_t(castor::detail::MessageType::backward_grad)].load() ==
+               grads_before + 1;
+      }, milliseconds(10000)));
     } else if (point == "optimizer step") {
       auto params = w0.rpc_sync<std::vector<RRef<at::Tensor>>>("worker1", "shared_linear_params");
       auto more = w0.rpc_sync<std::vector<RRef<at::Tensor>>>("worker2", "shared_linear_params");
@@ -390,7 +421,10 @@ void kill_worker1_at(const std::string& point) {
 }  // namespace
 
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
-  for (std::string point : {"fork not yet confirmed", "backward in flight", "optimizer step", "bulk transfer",
+  for (std::string point : {"fork not yet confirmed", "backward in flight", "a context that reached worker2 only through it",
+                            "a context that reached worker2 only through it, released before the kill",
+                            "a gradient sent ahead of a slow node",
+                            "optimizer step", "bulk transfer",
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
                             "gradients queued behind a large frame", "a stream of small calls in batches",
                             "remote() started on arrival, its creator killed",
