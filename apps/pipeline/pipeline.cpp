@@ -18,6 +18,7 @@
 #include <torch/nn/pimpl.h>
 #include <torch/optim/sgd.h>
 
+#include "apps/common/blas_threads.hpp"
 #include "apps/common/progress.hpp"
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
@@ -28,14 +29,32 @@ namespace castor::apps::pipeline {
 // Each stage's forward sets its intra-op threads on the thread that runs it
 // (OpenMP's setting is per thread): one where three processes share the
 // host's cores, more in the single-process reference.
+//
+// A stage on a worker of its own also keeps OpenBLAS, whose pool
+// at::set_num_threads does not reach (apps/common/blas_threads.hpp), to one
+// thread (`one_blas_thread`): with a pool on every core, each stage's pool
+// takes the other stage's core exactly when micro-batches overlap, and its
+// idle threads spin there. Measured with castor-bench pipeline, two
+// alternating pairs: 4 micro-batches 23.1-25.4 k samples/s against
+// 17.7-19.2 k, 8 micro-batches 13.6-14.9 k against 9.6-10.4 k, 1 micro-batch
+// within the spread (bench/README.md). The single-process reference leaves
+// the pool as it is: on one ATen thread, OpenBLAS's second thread uses the
+// otherwise idle core, its fastest setting.
+void keep_blas_to_one_thread() {
+  static const bool done = set_openblas_threads(1);
+  (void)done;
+}
+
 struct FirstStageImpl : torch::nn::Module {
   FirstStageImpl(int64_t in, int64_t out) : fc(register_module("fc", torch::nn::Linear(in, out))) {}
   at::Tensor forward(const at::Tensor& x) {
     at::set_num_threads(threads);
+    if (one_blas_thread) keep_blas_to_one_thread();
     return at::relu(fc(x));
   }
   torch::nn::Linear fc;
   int threads = 1;
+  bool one_blas_thread = true;
 };
 TORCH_MODULE(FirstStage);
 
@@ -45,10 +64,12 @@ struct SecondStageImpl : torch::nn::Module {
         fc2(register_module("fc2", torch::nn::Linear(hidden, 10))) {}
   at::Tensor forward(const at::Tensor& x) {
     at::set_num_threads(threads);
+    if (one_blas_thread) keep_blas_to_one_thread();
     return fc2(at::relu(fc1(x)));
   }
   torch::nn::Linear fc1, fc2;
   int threads = 1;
+  bool one_blas_thread = true;
 };
 TORCH_MODULE(SecondStage);
 
@@ -182,6 +203,7 @@ std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg,
   FirstStage first(784, cfg.hidden1);
   SecondStage second(cfg.hidden1, cfg.hidden2);
   first->threads = second->threads = threads;
+  first->one_blas_thread = second->one_blas_thread = false;
   at::set_num_threads(threads);
   auto params = first->parameters();
   for (auto& t : second->parameters()) params.push_back(t);
@@ -211,6 +233,7 @@ StageSeconds time_stages(const PipelineConfig& cfg, int64_t rows, int reps) {
   at::set_num_threads(1);
   FirstStage first(784, cfg.hidden1);
   SecondStage second(cfg.hidden1, cfg.hidden2);
+  first->one_blas_thread = second->one_blas_thread = false;  // this process runs other figures after
   auto images = at::rand({rows, 784});
   auto labels = at::randint(10, {rows}, at::kLong);
   std::vector<double> firsts, seconds;

@@ -23,6 +23,9 @@
 #include <utility>
 #include <vector>
 
+#include <dlfcn.h>
+
+#include "apps/common/blas_threads.hpp"
 #include "apps/common/fashion_mnist.hpp"
 #include "apps/common/local_launch.hpp"
 #include "apps/common/training_log.hpp"
@@ -647,4 +650,18 @@ TEST_CASE("the launcher reaps the orphans of its workers' own children, as the f
   CHECK(::kill(orphan, 0) == -1);  // reaped: not even a zombie is left
   CHECK(errno == ESRCH);
   fs::remove_all(dir);
+}
+
+TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
+  using Getter = int (*)();
+  auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!get) {  // another BLAS: nothing to set, and nothing is pretended
+    CHECK_FALSE(castor::apps::set_openblas_threads(1));
+    return;
+  }
+  int before = get();
+  REQUIRE(castor::apps::set_openblas_threads(1));
+  CHECK(get() == 1);
+  REQUIRE(castor::apps::set_openblas_threads(before));
+  CHECK(get() == before);
 }

@@ -1,0 +1,17 @@
+#include "apps/common/blas_threads.hpp"
+
+#include <dlfcn.h>
+
+namespace castor::apps {
+
+bool set_openblas_threads(int n) {
+  // OpenBLAS's documented setter; libtorch loads OpenBLAS with global
+  // symbols, so it is found without a handle of our own.
+  using Setter = void (*)(int);
+  static const auto setter = reinterpret_cast<Setter>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!setter) return false;
+  setter(n);
+  return true;
+}
+
+}  // namespace castor::apps

@@ -1,0 +1,15 @@
+// OpenBLAS's own thread pool. Debian's libtorch multiplies matrices in the
+// pthreads build of OpenBLAS, whose pool `at::set_num_threads` does not
+// reach: each process keeps one OpenBLAS thread per core, and idle ones
+// spin in sched_yield between products (bench/README.md, "OpenBLAS's own
+// threads").
+#pragma once
+
+namespace castor::apps {
+
+/// Sets OpenBLAS's pool to `n` threads, if this process multiplies in
+/// OpenBLAS (found at run time, so other BLAS builds are left alone).
+/// Returns whether it did.
+bool set_openblas_threads(int n);
+
+}  // namespace castor::apps
