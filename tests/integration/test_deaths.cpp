@@ -243,12 +243,12 @@ void kill_worker1_at(const std::string& point) {
       ctx.emplace(w0);
       auto x = at::ones({100, 100}).set_requires_grad(true);
       auto z = w0.rpc_sync<at::Tensor>("worker1", "hop_beside_slow_backward", std::string("worker2"), int64_t(60000), x);
-      auto grads_before = castor::testing::runtime(w2).stats.received[size_t(castor::detail::MessageType::backward_grad)].load();
+      auto grads_on_w2 = [&] {
+        return castor::testing::runtime(w2).stats.received[size_t(castor::detail::MessageType::backward_grad)].load();
+      };
+      auto grads_before = grads_on_w2();
       backward = std::async(std::launch::async, [&ctx, z] { ctx->backward({z.sum()}); });
-      REQUIRE(eventually([&] {
-        return castor::testing::runtime(w2).stats.received[size_t(castor::detail::MessageType::backward_grad)].load() ==
-               grads_before + 1;
-      }, milliseconds(10000)));
+      REQUIRE(eventually([&] { return grads_on_w2() == grads_before + 1; }, milliseconds(10000)));
     } else if (point == "optimizer step") {
       auto params = w0.rpc_sync<std::vector<RRef<at::Tensor>>>("worker1", "shared_linear_params");
       auto more = w0.rpc_sync<std::vector<RRef<at::Tensor>>>("worker2", "shared_linear_params");
