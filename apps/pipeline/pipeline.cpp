@@ -196,36 +196,60 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
   return points;
 }
 
-std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg, int threads) {
-  check(cfg);
-  const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
-  const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
-  FirstStage first(784, cfg.hidden1);
-  SecondStage second(cfg.hidden1, cfg.hidden2);
-  first->threads = second->threads = threads;
-  first->one_blas_thread = second->one_blas_thread = false;
-  at::set_num_threads(threads);
-  auto params = first->parameters();
-  for (auto& t : second->parameters()) params.push_back(t);
-  torch::optim::SGD sgd(params, torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum));
-
-  auto gen = at::detail::createCPUGenerator(uint64_t(cfg.seed));
-  std::vector<CurvePoint> points;
-  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
-      sgd.zero_grad();
-      auto loss = loss_of(second(first(images)), labels);
-      loss.backward();
-      sgd.step();
-      return loss.item<double>();
-    };
-    auto logits_of = [&](const at::Tensor& images) {
-      at::NoGradGuard no_grad;
-      return second(first(images));
-    };
-    points.push_back(run_epoch(cfg, epoch, train, test, gen, train_step, logits_of));
+struct SingleProcessPipeline::State {
+  State(const PipelineConfig& c, int t)
+      : cfg(c),
+        threads(t),
+        train(cached_fashion_mnist("train", cfg.data_dir, cfg.limit)),
+        test(cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit)),
+        first(784, cfg.hidden1),
+        second(cfg.hidden1, cfg.hidden2),
+        sgd(parameters_of(first, second), torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum)),
+        gen(at::detail::createCPUGenerator(uint64_t(cfg.seed))) {
+    first->threads = second->threads = threads;
+    first->one_blas_thread = second->one_blas_thread = false;
   }
-  return points;
+  static std::vector<at::Tensor> parameters_of(FirstStage& a, SecondStage& b) {
+    auto params = a->parameters();
+    for (auto& t : b->parameters()) params.push_back(t);
+    return params;
+  }
+  PipelineConfig cfg;
+  int threads;
+  const Dataset& train;
+  const Dataset& test;
+  FirstStage first;
+  SecondStage second;
+  torch::optim::SGD sgd;
+  at::Generator gen;
+  int64_t epoch = 0;
+};
+
+SingleProcessPipeline::SingleProcessPipeline(const PipelineConfig& cfg, int threads) {
+  check(cfg);
+  state_ = std::make_unique<State>(cfg, threads);
+}
+
+SingleProcessPipeline::~SingleProcessPipeline() = default;
+
+CurvePoint SingleProcessPipeline::next_epoch() {
+  auto& s = *state_;
+  int before = at::get_num_threads();
+  at::set_num_threads(s.threads);
+  auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
+    s.sgd.zero_grad();
+    auto loss = loss_of(s.second(s.first(images)), labels);
+    loss.backward();
+    s.sgd.step();
+    return loss.item<double>();
+  };
+  auto logits_of = [&](const at::Tensor& images) {
+    at::NoGradGuard no_grad;
+    return s.second(s.first(images));
+  };
+  auto point = run_epoch(s.cfg, ++s.epoch, s.train, s.test, s.gen, train_step, logits_of);
+  at::set_num_threads(before);
+  return point;
 }
 
 StageSeconds time_stages(const PipelineConfig& cfg, int64_t rows, int reps) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -49,7 +50,23 @@ struct StageSeconds {
 StageSeconds time_stages(const PipelineConfig& cfg, int64_t rows, int reps);
 
 /// The same model, data, order and batch in this one process with libtorch
-/// on `threads` intra-op threads (micro-batches do not apply).
-std::vector<CurvePoint> train_pipeline_single_process(const PipelineConfig& cfg, int threads);
+/// on `threads` intra-op threads (micro-batches do not apply), one epoch per
+/// call: castor-bench times an epoch of it after each of the pipeline's, so
+/// that both are timed in turns on a machine whose speed drifts.
+class SingleProcessPipeline {
+ public:
+  SingleProcessPipeline(const PipelineConfig& cfg, int threads);
+  ~SingleProcessPipeline();
+  SingleProcessPipeline(const SingleProcessPipeline&) = delete;
+  SingleProcessPipeline& operator=(const SingleProcessPipeline&) = delete;
+
+  /// Trains the next epoch (from 1) and evaluates; the process's intra-op
+  /// thread count is as before afterwards.
+  CurvePoint next_epoch();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace castor::apps::pipeline
