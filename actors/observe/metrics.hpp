@@ -49,6 +49,8 @@ struct MessageStats {
   std::atomic<uint64_t> lane_sent{0}, lane_received{0};
   // B9, B12, B13: the writes that carried lane_sent (fewer when frames leave together).
   std::atomic<uint64_t> lane_writes{0};
+  // B14: same-host frames whose head (the tensors' addresses) the sending thread wrote.
+  std::atomic<uint64_t> heads_by_sender{0};
   // RJ6 of Note [Rejoin]: messages from a dead life of a peer, refused.
   std::atomic<uint64_t> stale_refused{0};
 

@@ -24,6 +24,9 @@
 #include <ATen/ATen.h>
 #include <openssl/ssl.h>
 
+#include <nlohmann/json.hpp>
+
+#include "actors/observe/inspection.hpp"
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/bulk/bulk_stream.hpp"
@@ -246,6 +249,64 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   CHECK(reinterpret_cast<uintptr_t>(back.data_ptr()) % (uintptr_t(2) << 20) == 0);
   CHECK(eventually([&] { return bulk_sent(w) == 3; }));
   CHECK(bulk_received(w) == 3);  // the replies, on worker1's own link
+  w.shutdown();
+  CHECK(child.wait_exit(milliseconds(30000)) == 0);
+}
+
+TEST_CASE("a same-host frame's head leaves from the sending thread and the writer reads the answer, values whole and in order (B14), plain and TLS") {
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS: the session passes from the sender to the writer") { tls = true; }
+  CAPTURE(tls);
+  // B7 (and so B14) is between processes: worker1 is a child.
+  auto certs = tls ? make_certs("bulk-b14", {"worker0", "worker1"}) : std::string();
+  auto port = free_port();
+  std::optional<ChildTls> child_tls;
+  if (tls) child_tls.emplace(certs, false);
+  ChildWorker child(1, 2, port);  // serves until worker0 shuts down
+  child_tls.reset();
+  auto o = local_options(0, 2, port);
+  if (tls) o.tls = tls_files(certs, "worker0");
+  auto w = init_rpc(o);
+  auto& stats = castor::testing::runtime(w).stats;
+  // The first large call opens the link (it waits for the dial); the link
+  // is idle again once its frame counts as sent (after the answer).
+  auto warm = at::rand({int64_t(1) << 18});
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
+  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 1; }));
+  const auto heads = stats.heads_by_sender.load();
+  // One call from this thread on an idle link: its head leaves from here,
+  // at once (the answer is the writer's).
+  auto first = at::rand({int64_t(1) << 18});
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", first), first));
+  CHECK(stats.heads_by_sender.load() == heads + 1);
+  // Sizes from 256 KiB to 4 MiB, each waited for: heads from this thread
+  // and from worker1's executor whenever the writer has read the last
+  // answer, else through the writer.
+  for (int64_t i = 0; i < 12; ++i) {
+    auto t = at::full({(int64_t(1) << 16) << (i % 5)}, float(i));
+    CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", t), t));
+  }
+  // One large call on an idle link, then a stream of them (B13: through
+  // the writer) and small ones between: they arrive in the order sent.
+  auto log = w.remote<ArrivalLog>("worker1");
+  CHECK(log.rpc_sync(&ArrivalLog::record, int64_t(0), at::full({int64_t(1) << 17}, 0.f)) == 1);
+  std::vector<Future<int64_t>> calls;
+  std::vector<int64_t> expected{0};
+  for (int64_t i = 1; i <= 30; ++i) {
+    expected.push_back(i);
+    auto size = i % 3 == 0 ? int64_t(4) : int64_t(1) << 17;
+    calls.push_back(log.rpc_async(&ArrivalLog::record, i, at::full({size}, float(i))));
+  }
+  for (auto& f : calls) CHECK(f.wait(milliseconds(30000)) >= 1);
+  CHECK(log.rpc_sync(&ArrivalLog::arrivals) == expected);
+  CHECK(eventually([&] { return stats.bulk_sent.load() == 1 + 1 + 12 + 1 + 20; }));
+  CHECK(stats.bulk_received.load() == 1 + 1 + 12);  // worker1's replies, whole (checked above)
+  CHECK(stats.heads_by_sender.load() > heads + 1);
+  // castor inspect shows the count.
+  auto snap = nlohmann::json::parse(castor::detail::inspection_json(castor::testing::runtime(w)));
+  CHECK(snap["bulk"]["heads_written_by_sender"].get<uint64_t>() == stats.heads_by_sender.load());
+  log = RRef<ArrivalLog>();
   w.shutdown();
   CHECK(child.wait_exit(milliseconds(30000)) == 0);
 }

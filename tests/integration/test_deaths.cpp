@@ -269,6 +269,21 @@ void kill_worker1_at(const std::string& point) {
       // Mid-transfer: "the bulk link to worker worker1 broke: ..."; after it,
       // "worker worker1 is unreachable": both name it and the cause.
       expected_error = "worker worker1";
+    } else if (point == "a large call's head written by its sender, the answer due") {
+      // B14 of Note [Bulk path]: on an idle link the calling thread writes
+      // the head (the tensor's address) and the writer waits for worker1's
+      // answer; worker1 is frozen, so the answer never comes, and the kill
+      // ends the writer's wait: the call fails naming worker1.
+      auto warm = at::arange(int64_t(1) << 18, at::kFloat);
+      CHECK(at::equal(w0.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
+      auto& stats = castor::testing::runtime(w0).stats;
+      REQUIRE(eventually([&] { return stats.bulk_sent.load() == 1; }, milliseconds(10000)));  // the link is idle
+      REQUIRE(child.freeze());
+      auto heads = stats.heads_by_sender.load();
+      tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "identity", at::arange(int64_t(1) << 20, at::kFloat)));
+      CHECK(stats.heads_by_sender.load() == heads + 1);
+      REQUIRE(eventually([&] { return held_counts(w0).at("calls_outgoing") == 1; }, milliseconds(10000)));
+      expected_error = "worker worker1";
     } else if (point == "small calls queued behind a large one") {
       // B9 of Note [Bulk path]: a 64 MiB tensor on the socket keeps the
       // link's writer busy while 100 small calls queue behind it, to leave
@@ -424,7 +439,7 @@ TEST_CASE("a worker killed at each point of each protocol: every survivor's coun
   for (std::string point : {"fork not yet confirmed", "backward in flight", "a context that reached worker2 only through it",
                             "a context that reached worker2 only through it, released before the kill",
                             "a gradient sent ahead of a slow node",
-                            "optimizer step", "bulk transfer",
+                            "optimizer step", "bulk transfer", "a large call's head written by its sender, the answer due",
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
                             "gradients queued behind a large frame", "a stream of small calls in batches",
                             "remote() started on arrival, its creator killed",

@@ -10,7 +10,8 @@
 //           "optimizer" rank 0: a DistributedOptimizer over worker1's
 //                       parameters, a step of it in flight
 //           "bulk"      rank 0: a tensor sent over the bulk link, and a
-//                       second one still on its way
+//                       second one still on its way (B7: its head written,
+//                       its answer due: B14)
 //           "stream"    rank 0: 5000 small calls to worker1 sent without
 //                       waiting (B13: the link's writer sends them in
 //                       batches), most still on their way
@@ -124,7 +125,14 @@ void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
     expect(castor::test::eventually([&] { return castor::testing::runtime(w).stats.bulk_sent.load() >= 1; },
                                     std::chrono::milliseconds(10000)),
            "the bulk echo did not take the bulk link");
+    // The link is idle now (its frame counted as sent), so between processes
+    // on one host (B7) the transfer in flight has its head written by this
+    // thread and its answer due to the writer at the end (B14).
+    auto heads = castor::testing::runtime(w).stats.heads_by_sender.load();
     s.tensor_calls.push_back(w.rpc_async<at::Tensor>("worker1", "identity", big));
+    if (!std::getenv("CASTOR_TEST_BULK_SOCKET"))
+      expect(castor::testing::runtime(w).stats.heads_by_sender.load() == heads + 1,
+             "the transfer in flight did not leave its head from the sending thread (B14)");
   } else if (kind == "stream") {
     auto& stats = castor::testing::runtime(w).stats;
     expect(castor::test::eventually([&] {

@@ -80,4 +80,9 @@ Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tenso
   return out;
 }
 
+void add_addresses(Frame& out) {
+  out.head[1] = char(kAddresses);
+  for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+}
+
 }  // namespace castor::detail::bulk

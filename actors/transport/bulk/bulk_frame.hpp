@@ -83,7 +83,16 @@ struct Frame {
   std::vector<at::Tensor> tensors;
   CallId call;  // requests: failed at once if the link breaks (B4)
   caf::message fallback;  // protocol messages: sent through CAF if the link breaks (B10)
+  // B14: the sending thread wrote the head (the tensors' addresses, B7),
+  // and the writer goes on from the receiver's answer; `head_error` is the
+  // errno of a head write that failed (the writer fails the frame as if
+  // the write had been its own).
+  bool head_written = false;
+  int head_error = 0;
 };
+
+/// B7: the head says addresses follow, and ends with the tensors' addresses.
+void add_addresses(Frame& out);
 
 Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
 

@@ -68,16 +68,21 @@ void fail_unsent(Runtime& rt, WorkerId to, Frame& m, const std::string& why) {
 }
 
 // Sends one frame: its head, then (B7) the tensors' addresses and the
-// receiver's answer, or (B1) their bytes.
+// receiver's answer, or (B1) their bytes. B14: a head that the sending
+// thread wrote already is not written again.
 bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
+  if (out.head_error) {
+    errno = out.head_error;
+    return false;
+  }
   bool send_bytes = true;
   if (link.same_host && !out.tensors.empty()) {  // B7: addresses, then wait for the receiver's copy
-    out.head[1] = char(kAddresses);
-    for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+    if (!out.head_written) {
+      add_addresses(out);
+      if (!link.stream.write_all(out.head.data(), out.head.size())) return false;
+    }
     char answer = 0;
-    if (!link.stream.write_all(out.head.data(), out.head.size()) || !link.stream.read_all(&answer, 1) ||
-        (answer != kCopied && answer != kSendBytes))
-      return false;
+    if (!link.stream.read_all(&answer, 1) || (answer != kCopied && answer != kSendBytes)) return false;
     send_bytes = answer == kSendBytes;
     if (send_bytes) link.same_host = false;
   } else if (!link.stream.write_all(out.head.data(), out.head.size())) {
@@ -252,14 +257,17 @@ void BulkPath::write_loop(Link& link) {
       // Never beside a caller's write (one thread per session: B6, B8).
       std::unique_lock<std::mutex> lock(link.mtx);
       bool work = link.writer_cv.wait_for(lock, kWriterIdle, [&] {
-        return !link.writing && (!link.queue.empty() || link.broken || stopping_);
+        return link.answer_due || (!link.writing && (!link.queue.empty() || link.broken || stopping_));
       });
       if (!work && !link.writing) {  // B11: idle; the next queued frame starts a writer again
         link.writer_running = false;
         return;
       }
       if (!work) continue;
-      if (link.broken || stopping_) {
+      if (link.answer_due) {  // B14: `writing` is set for it already; a break fails it below
+        out.push_back(std::move(*link.answer_due));
+        link.answer_due.reset();
+      } else if (link.broken || stopping_) {
         ending = true;
         link.broken = true;
         unsent.swap(link.queue);
@@ -275,6 +283,24 @@ void BulkPath::write_loop(Link& link) {
     }
     if (!write_frames(link, out.data(), out.size(), false)) return;
   }
+}
+
+// B14: on the sending thread, which set `writing` for `frame` (the link was
+// idle, the socket has room for the head, the writer runs): writes the
+// head, then hands the frame to the writer, which reads the receiver's
+// answer (and sends the bytes after all on a refusal, B7). A head that
+// could not be written fails there, as the writer's own write would (B4).
+void BulkPath::write_head_then_hand_over(Link& link, Frame&& frame) {
+  add_addresses(frame);
+  errno = 0;
+  if (link.stream.write_all(frame.head.data(), frame.head.size()))
+    rt_.stats.heads_by_sender.fetch_add(1, std::memory_order_relaxed);
+  else
+    frame.head_error = errno ? errno : EPIPE;
+  frame.head_written = true;
+  std::lock_guard<std::mutex> lock(link.mtx);
+  link.answer_due.emplace(std::move(frame));
+  link.writer_cv.notify_one();
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "actors/transport/bulk/bulk_frame.hpp"
@@ -35,6 +36,9 @@ struct BulkPath::Link {
   std::condition_variable cv;  // opened or broken, or `writing` cleared while stopping
   std::condition_variable writer_cv;  // B12: frames only the writer takes, a break, or stopping
   std::deque<bulk::Frame> queue;
+  // B14: a frame whose head a sender wrote; `writing` stays set for it
+  // until the writer has read the receiver's answer.
+  std::optional<bulk::Frame> answer_due;
   std::thread writer;
 
   /// B4, B8: never used again. Its socket and its dial's socket are shut, so

@@ -39,7 +39,8 @@ class BulkPath {
 
   /// Sends `msg` to `to` on the link (B8: from this thread when the link is
   /// idle and `msg` has no large tensor, else through the link's writer, and
-  /// B13 a request of a stream of calls through the writer too);
+  /// B13 a request of a stream of calls through the writer too; B14: a
+  /// same-host frame's head from this thread, its answer read by the writer);
   /// false (and `msg` untouched) when the link to `to` cannot be opened or
   /// is broken, or is not open yet and this message does not wait for it
   /// (a small one, or one from a thread that must not wait: B8, B11): the
@@ -86,6 +87,7 @@ class BulkPath {
   bool open(Link& link);                            // bulk_link.cpp
   void write_loop(Link& link);                      // bulk_link.cpp
   bool write_frames(Link& link, bulk::Frame* out, size_t n, bool caller);  // bulk_link.cpp
+  void write_head_then_hand_over(Link& link, bulk::Frame&& frame);       // bulk_link.cpp, B14
   void take_batch(Link& link, std::vector<bulk::Frame>& out);            // bulk_link.cpp
   template <class Message>
   bool push_protocol(WorkerId to, uint8_t type, Message& msg);  // B10
