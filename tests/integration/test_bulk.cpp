@@ -80,6 +80,25 @@ std::function<void(WorkerOptions&)> tls_if(bool tls, const std::string& tag) {
   return [certs](WorkerOptions& o) { o.tls = tls_files(certs, o.name); };
 }
 
+// worker0 in this process and worker1 in a child (B7 and B14 are between
+// processes), in a TLS cluster with certificates made under `tag` when `tls`.
+struct ChildPair {
+  ChildPair(bool tls, const std::string& tag) {
+    auto certs = tls ? make_certs(tag, {"worker0", "worker1"}) : std::string();
+    auto port = free_port();
+    {
+      std::optional<ChildTls> child_tls;
+      if (tls) child_tls.emplace(certs, false);
+      child.emplace(1, 2, port);  // serves until worker0 shuts down
+    }
+    auto o = local_options(0, 2, port);
+    if (tls) o.tls = tls_files(certs, "worker0");
+    w.emplace(init_rpc(o));
+  }
+  std::optional<ChildWorker> child;
+  std::optional<Worker> w;
+};
+
 // A link's writer thread counts a send after the receiver's answer, which on
 // one host can come after the call's reply has arrived: counters are checked
 // once they settle (castor::test::eventually), not at the instant the call
@@ -228,15 +247,8 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   SUBCASE("plain") { tls = false; }
   SUBCASE("TLS: the addresses and answers inside the session") { tls = true; }
   CAPTURE(tls);
-  auto certs = tls ? make_certs("bulk-b7", {"worker0", "worker1"}) : std::string();
-  auto port = free_port();
-  std::optional<ChildTls> child_tls;
-  if (tls) child_tls.emplace(certs, false);
-  ChildWorker child(1, 2, port);  // serves until worker0 shuts down
-  child_tls.reset();
-  auto o = local_options(0, 2, port);
-  if (tls) o.tls = tls_files(certs, "worker0");
-  auto w = init_rpc(o);
+  ChildPair pair(tls, "bulk-b7");
+  auto& w = *pair.w;
   auto big = at::rand({600, 600});
   auto strided = at::rand({700, 400}).t();
   auto ints = at::arange(int64_t(3) << 20);  // 24 MiB: B7 splits it across two threads
@@ -250,7 +262,7 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   CHECK(eventually([&] { return bulk_sent(w) == 3; }));
   CHECK(bulk_received(w) == 3);  // the replies, on worker1's own link
   w.shutdown();
-  CHECK(child.wait_exit(milliseconds(30000)) == 0);
+  CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
 }
 
 TEST_CASE("a same-host frame's head leaves from the sending thread and the writer reads the answer, values whole and in order (B14), plain and TLS") {
@@ -258,16 +270,8 @@ TEST_CASE("a same-host frame's head leaves from the sending thread and the write
   SUBCASE("plain") { tls = false; }
   SUBCASE("TLS: the session passes from the sender to the writer") { tls = true; }
   CAPTURE(tls);
-  // B7 (and so B14) is between processes: worker1 is a child.
-  auto certs = tls ? make_certs("bulk-b14", {"worker0", "worker1"}) : std::string();
-  auto port = free_port();
-  std::optional<ChildTls> child_tls;
-  if (tls) child_tls.emplace(certs, false);
-  ChildWorker child(1, 2, port);  // serves until worker0 shuts down
-  child_tls.reset();
-  auto o = local_options(0, 2, port);
-  if (tls) o.tls = tls_files(certs, "worker0");
-  auto w = init_rpc(o);
+  ChildPair pair(tls, "bulk-b14");
+  auto& w = *pair.w;
   auto& stats = castor::testing::runtime(w).stats;
   // The first large call opens the link (it waits for the dial); the link
   // is idle again once its frame counts as sent (after the answer).
@@ -308,7 +312,7 @@ TEST_CASE("a same-host frame's head leaves from the sending thread and the write
   CHECK(snap["bulk"]["heads_written_by_sender"].get<uint64_t>() == stats.heads_by_sender.load());
   log = RRef<ArrivalLog>();
   w.shutdown();
-  CHECK(child.wait_exit(milliseconds(30000)) == 0);
+  CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
 }
 
 TEST_CASE("a TLS bulk stream: every size around a record's (16 KiB) and a send's (256 KiB) edge arrives whole and in order, a key update is answered, and a write to a closed peer fails without SIGPIPE (B6)") {

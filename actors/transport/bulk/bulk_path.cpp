@@ -107,10 +107,11 @@ namespace castor::detail {
 //      never takes others' frames (B12), and a frame with large tensors
 //      goes to the writer (B7's answer is read by the writer; B14 lets the
 //      sender write the head first). Handing those replies to the writer
-//      cost a thread wake per small builtin call. Nor does it wait for a link to open: a large
-//      message from a thread that must not wait (a reader, one of CAF's, one
-//      running woken actors) goes through CAF while the writer dials, as a
-//      small one does before kOpenAfter (may_wait_for_dial). And no wait
+//      cost a thread wake per small builtin call. Nor does it wait for a
+//      link to open: a large message from a thread that must not wait (a
+//      reader, one of CAF's, one running woken actors) goes through CAF
+//      while the writer dials, as a small one does before kOpenAfter
+//      (may_wait_for_dial). And no wait
 //      for a dial outlives the worker: teardown first cuts every dial in
 //      flight (shuts its socket: stop_dialing), so a peer that took the
 //      connection and froze holds neither a waiting replier (nor the reply
