@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <caf/allowed_unsafe_message_type.hpp>
@@ -15,6 +16,7 @@
 #include "actors/hooks/rref_hooks.hpp"
 #include "messages/atoms.hpp"
 #include "rref/owner_rref_actor.hpp"
+#include "rref/protocol/outbox.hpp"
 #include "rref/rref_state.hpp"
 
 namespace castor::detail {
@@ -48,6 +50,23 @@ namespace castor::detail {
 //    received the fork, so confirmed_by_owner() is true inside it.
 //  - remote(): the caller makes the rref id and its own fork; the request
 //    carries both, and the owner counts that fork when the request arrives.
+//  - user -> user, where the function takes the value (an RRef<T> passed
+//    for a T): the child borrows the fork (G3) instead of adopting it.
+//
+//  G3. A borrowed fork is never counted: the child fetches the value from
+//      the owner and sends child_accept to the parent only when the fetch
+//      is answered (or failed), then runs the function with the value. The
+//      parent's pending child (G2) keeps the parent's fork, and so the
+//      value, alive until then; after it nobody needs the value for this
+//      fork. So a borrow costs the fetch and the child_accept, where an
+//      adopted fork costs a fork_request, a child_accept and a user_delete,
+//      each acknowledged: four messages fewer per RRef argument taken by
+//      value, and the call no longer waits for the owner's confirmation.
+//      Borrowed only when adopting is not needed: the owner and the parent
+//      alive as far as the child knows (else the usual path settles it),
+//      and the fork not restartable (RS4 re-registers forks). If the parent
+//      dies before the fetch is answered, the owner may end the value and
+//      the call fails naming it; the caller that would get its reply is gone.
 //
 // Messages: fork_request (child -> owner; ack = confirmation), child_accept
 // (child -> parent), user_delete (user -> owner), and their acks. Each carries
@@ -121,10 +140,12 @@ struct AdoptReply {
 };
 
 /// A value an incoming call waited for (RRef passed where T is expected).
+/// `release_parent`: the child_accept that ends a borrowed fork (G3).
 struct ArgumentReady {
   uint64_t call = 0;
   size_t index = 0;
   Outcome outcome;
+  std::optional<ControlToSend> release_parent;
 };
 
 /// RS1 of Note [Restartable values]: the owner's new life answered this

@@ -27,6 +27,7 @@ struct RRefCounters {
   // Note [Values on arrival], since the start (RRefRuntime::handle_request):
   std::atomic<int64_t> values_on_arrival{0};   // remote() calls started by the thread that received them (V2)
   std::atomic<int64_t> fetches_on_arrival{0};  // fetches answered from the OwnerIndex's holder (V3)
+  std::atomic<int64_t> forks_borrowed{0};      // RRef arguments taken by value, fetched with no fork (G3)
 };
 
 /// What inspection sees of one owned value (castor inspect).

@@ -120,7 +120,8 @@ std::map<std::string, int64_t> RRefRuntime::debug_info() const {
           {"num_user_rrefs", counters_->user_rrefs.load()},
           {"num_unacked_control_messages", counters_->outbox.load()},
           {"values_started_on_arrival_total", counters_->values_on_arrival.load()},
-          {"fetches_answered_on_arrival_total", counters_->fetches_on_arrival.load()}};
+          {"fetches_answered_on_arrival_total", counters_->fetches_on_arrival.load()},
+          {"forks_borrowed_total", counters_->forks_borrowed.load()}};  // G3 of Note [RRef protocol]
 }
 
 void RRefRuntime::after(std::chrono::milliseconds delay, std::function<void()> f) {

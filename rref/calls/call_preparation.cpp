@@ -38,6 +38,41 @@ void run_ready(context_pointer self, std::optional<ReadyCall> ready) {
   dispatch(self, std::move(ready->call));
 }
 
+// Fetches RRef `rref` from its owner for argument `index` of prepared call
+// `id`, inside the call's autograd context (the value joins its graph); the
+// outcome comes back as ArgumentReady, with `release` if the fork was borrowed.
+void fetch_argument(context_pointer self, PreparedCallId id, size_t index, WorkerId owner, RRefId rref,
+                    std::optional<ControlToSend> release) {
+  auto& st = self->state;
+  CallRequest fetch;
+  fetch.id = st.rt->next_call_id();
+  fetch.caller = st.rt->rank();
+  fetch.function = "to_here";
+  fetch.kind = CallKind::fetch;
+  fetch.target = rref;
+  fetch.autograd.context = st.prepared.find(id)->request.autograd.context;
+  auto me = caf::actor_cast<rref_context_actor>(self);
+  st.rt->start_call(owner, std::move(fetch), st.rt->options().rpc_timeout,
+                    [me, id, index, release = std::move(release)](Outcome o) {
+                      caf::anon_send(me, ArgumentReady{id, index, std::move(o), release});
+                    });
+}
+
+// G3 of Note [RRef protocol]: a fork from another user, passed where the
+// function takes the value, is fetched with no fork of ours; its parent is
+// released when the fetch is answered. False if it must be adopted instead.
+bool borrow_argument(context_pointer self, PreparedCallId id, size_t index) {
+  auto& st = self->state;
+  const auto& rv = st.prepared.find(id)->request.args[index].to_rref_value();
+  if (rv.handle) return false;  // a call to ourselves passed the handle itself
+  auto release = st.forks->borrowed(rv.data);
+  if (!release) return false;
+  st.counters->forks_borrowed.fetch_add(1, std::memory_order_relaxed);
+  st.prepared.wait(id);
+  fetch_argument(self, id, index, rv.data.owner, rv.data.rref_id, std::move(release));
+  return true;
+}
+
 // An RRef passed where the callee takes the value: fetch it (from ourselves
 // when we own it; otherwise the owner sends it straight here) before running.
 void resolve_argument(context_pointer self, PreparedCallId id, size_t index) {
@@ -45,28 +80,20 @@ void resolve_argument(context_pointer self, PreparedCallId id, size_t index) {
   auto* call = st.prepared.find(id);
   auto state = state_of(call->request.args[index].to_rref_value());
   st.prepared.wait(id);
-  auto me = caf::actor_cast<rref_context_actor>(self);
   if (state->is_owner()) {
     // On the owner the function gets the stored value itself, as local_value()
     // would: a parameter passed this way stays the leaf its gradients reach.
+    auto me = caf::actor_cast<rref_context_actor>(self);
     auto holder = state->holder;
     holder->on_set([me, id, index, holder] {
       if (auto err = holder->error())
-        caf::anon_send(me, ArgumentReady{id, index, Outcome::failure(*err)});
+        caf::anon_send(me, ArgumentReady{id, index, Outcome::failure(*err), std::nullopt});
       else
-        caf::anon_send(me, ArgumentReady{id, index, Outcome::success(holder->value())});
+        caf::anon_send(me, ArgumentReady{id, index, Outcome::success(holder->value()), std::nullopt});
     });
     return;
   }
-  CallRequest fetch;
-  fetch.id = st.rt->next_call_id();
-  fetch.caller = st.rt->rank();
-  fetch.function = "to_here";
-  fetch.kind = CallKind::fetch;
-  fetch.target = state->id;
-  fetch.autograd.context = call->request.autograd.context;  // the value joins the call's graph
-  st.rt->start_call(state->owner, std::move(fetch), st.rt->options().rpc_timeout,
-                    [me, id, index](Outcome o) { caf::anon_send(me, ArgumentReady{id, index, std::move(o)}); });
+  fetch_argument(self, id, index, state->owner, state->id, std::nullopt);
 }
 
 }  // namespace
@@ -79,15 +106,20 @@ void prepare_call(context_pointer self, IncomingCall&& ic) {
   // under `request`.
   st.prepared.wait(id);
   auto& request = st.prepared.find(id)->request;  // stays put while the call is held
-  for (auto& a : request.args) adopt_value(self, a, id);
   auto takes_rref = rref_params(self, request, request.args);
+  std::vector<bool> borrowed(request.args.size(), false);
+  for (size_t i = 0; i < request.args.size(); ++i) {
+    if (request.args[i].is_rref() && !takes_rref[i]) borrowed[i] = borrow_argument(self, id, i);
+    if (!borrowed[i]) adopt_value(self, request.args[i], id);
+  }
   for (size_t i = 0; i < request.args.size(); ++i)
-    if (request.args[i].is_rref() && !takes_rref[i]) resolve_argument(self, id, i);
+    if (request.args[i].is_rref() && !takes_rref[i] && !borrowed[i]) resolve_argument(self, id, i);
   run_ready(self, st.prepared.done(id));
 }
 
 void on_argument_ready(context_pointer self, ArgumentReady&& r) {
   auto& st = self->state;
+  if (r.release_parent) send_control(self, *r.release_parent);  // G3: the borrow is over
   auto* call = st.prepared.find(r.call);
   if (!call) return;
   std::optional<ErrorInfo> failure;

@@ -1,8 +1,9 @@
 // Call preparation: the RRef context's handling of an incoming call that
 // involves RRefs, up to the moment it may run. Its RRef arguments are
 // adopted (forks become local references), RRefs passed where the function
-// takes a value are fetched, and the call waits for forks that the owner has
-// not confirmed yet; then remote_calls.hpp runs it.
+// takes a value are fetched (a fork from another user borrowed, not adopted:
+// G3 of Note [RRef protocol]), and the call waits for forks that the owner
+// has not confirmed yet; then remote_calls.hpp runs it.
 #pragma once
 
 #include <vector>

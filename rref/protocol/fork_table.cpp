@@ -65,6 +65,11 @@ ArrivedFromUser ForkTable::arrived_from_user(const RRefStatePtr& state, WorkerId
   return ArrivedFromUser{ControlToSend{state->owner, RRefOp::fork_request, state->id, state->fork}, false};
 }
 
+std::optional<ControlToSend> ForkTable::borrowed(const RRefForkData& d) const {
+  if (arrival_of(d) != Arrival::from_user || is_dead(d.owner) || is_dead(d.parent) || d.recipe) return std::nullopt;
+  return ControlToSend{d.parent, RRefOp::child_accept, d.rref_id, d.fork_id};
+}
+
 // -- a handle's last copy is gone -------------------------------------------------------------
 
 Released ForkTable::released(RRefId rref, ForkId fork, WorkerId owner, bool owner_side) const {

@@ -89,6 +89,15 @@ class ForkTable {
   /// (else it would wait forever, found by the simulation).
   ArrivedFromUser arrived_from_user(const RRefStatePtr& state, WorkerId parent, PreparedCallId waiting);
 
+  /// user -> user, where the function takes the value, not the RRef (G3 of
+  /// Note [RRef protocol]): the fork may be borrowed instead of adopted. If
+  /// so, returns the child_accept that ends the borrow, to send once the
+  /// owner answered the fetch (or failed it); nothing is recorded here, and
+  /// no fork_request or user_delete will be sent for this fork. Nothing if
+  /// it must be adopted: not from a user, its owner or parent known dead,
+  /// or restartable (RS4 re-registers a fork, so it must be one).
+  std::optional<ControlToSend> borrowed(const RRefForkData& d) const;
+
   // -- a handle's last copy here is gone ----------------------------------------
 
   Released released(RRefId rref, ForkId fork, WorkerId owner, bool owner_side) const;

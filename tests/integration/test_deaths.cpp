@@ -211,6 +211,21 @@ void kill_worker1_at(const std::string& point) {
       // worker1 nor worker0 has its confirmation yet.
       REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_forks") == 2; }, milliseconds(10000)));
       CHECK(w0.rref_debug_info().at("num_pending_children") == 1);
+    } else if (point == "a borrowed fork's fetch waiting, the borrower killed") {
+      // G3 of Note [RRef protocol]: worker1's value_sum takes the value of
+      // worker0's RRef of worker2's value, which waits at a gate: worker1
+      // borrows the fork, its fetch waits on worker2, and worker0's pending
+      // child keeps worker0's fork. worker1 dies: worker0 drops the pending
+      // child, and worker2 answers the fetch into a dead link once the gate
+      // opens after the kill.
+      auto& gate = test::gate("borrower killed");
+      gate.reset();
+      shared = w0.remote<at::Tensor>("worker2", "gated_value", std::string("borrower killed"), at::ones({2}));
+      REQUIRE(gate.wait_arrived(1, milliseconds(20000)));
+      tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "value_sum", shared));
+      REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_pending_futures") == 1; }, milliseconds(10000)));
+      CHECK(w0.rref_debug_info().at("num_pending_children") == 1);
+      CHECK(w2.rref_debug_info().at("num_forks") == 1);  // worker0's: a borrowed fork is never counted
     } else if (point == "backward in flight") {
       ctx.emplace(w0);
       auto x = at::ones({2}).set_requires_grad(true);
@@ -377,6 +392,7 @@ void kill_worker1_at(const std::string& point) {
     }
     child.kill();
     if (point == "remote() started on arrival, its creator killed") test::gate("creator killed").open();
+    if (point == "a borrowed fork's fetch waiting, the borrower killed") test::gate("borrower killed").open();
     if (streaming.joinable()) {
       std::this_thread::sleep_for(milliseconds(50));  // calls after the kill, too
       stream_stop = true;
@@ -436,7 +452,8 @@ void kill_worker1_at(const std::string& point) {
 }  // namespace
 
 TEST_CASE("a worker killed at each point of each protocol: every survivor's counts return to zero, nothing hangs") {
-  for (std::string point : {"fork not yet confirmed", "backward in flight", "a context that reached worker2 only through it",
+  for (std::string point : {"a borrowed fork's fetch waiting, the borrower killed", "fork not yet confirmed",
+                            "backward in flight", "a context that reached worker2 only through it",
                             "a context that reached worker2 only through it, released before the kill",
                             "a gradient sent ahead of a slow node",
                             "optimizer step", "bulk transfer", "a large call's head written by its sender, the answer due",

@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "support/certs.hpp"
 #include "support/cluster.hpp"
@@ -31,32 +33,37 @@ std::string ready_file(uint16_t port) {
   return path;
 }
 
-// Each ending with the peer alive, then rank 0 killed (SIGKILL) while the
-// state is live and worker1 shutting down. With `tls_dir`, a TLS world
-// (test_worker_main.cpp reads CASTOR_TEST_TLS_DIR).
-void check_every_ending(const std::string& kind, const std::string& tls_dir = "") {
+// Each ending with the peers alive, then rank 0 killed (SIGKILL) while the
+// state is live and the others shutting down. With `tls_dir`, a TLS world
+// (test_worker_main.cpp reads CASTOR_TEST_TLS_DIR); `world` processes.
+void check_every_ending(const std::string& kind, const std::string& tls_dir = "", int world = 2) {
   std::optional<castor::test::ChildTls> tls;
   if (!tls_dir.empty()) tls.emplace(tls_dir, true);  // the bytes in the sessions
   for (std::string ending : {"shutdown", "shutdown_false", "destructor", "unwind"}) {
     CAPTURE(ending);
     auto port = free_port();
     auto ready = ready_file(port);
-    ChildWorker rank0(0, 2, port, {kind, ending, ready});
-    ChildWorker rank1(1, 2, port, {kind, ending, ready});
-    CHECK(rank0.wait_exit(60s) == 0);
-    CHECK(rank1.wait_exit(60s) == 0);
+    std::vector<std::unique_ptr<ChildWorker>> ranks;
+    for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<ChildWorker>(r, world, port, std::vector<std::string>{kind, ending, ready}));
+    for (int r = 0; r < world; ++r) {
+      CAPTURE(r);
+      CHECK(ranks[size_t(r)]->wait_exit(60s) == 0);
+    }
     std::remove(ready.c_str());
     std::remove((ready + ".1").c_str());
   }
   INFO("rank 0 killed");
   auto port = free_port();
   auto ready = ready_file(port);
-  ChildWorker rank0(0, 2, port, {kind, "killed", ready});
-  ChildWorker rank1(1, 2, port, {kind, "killed", ready});
+  std::vector<std::unique_ptr<ChildWorker>> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<ChildWorker>(r, world, port, std::vector<std::string>{kind, "killed", ready}));
   REQUIRE_MESSAGE(eventually([&] { return std::ifstream(ready).good(); }, 60s), "rank 0 never made its state live");
-  rank0.kill();
-  CHECK(rank0.wait_exit(10s) == 128 + SIGKILL);
-  CHECK(rank1.wait_exit(60s) == 0);
+  ranks[0]->kill();
+  CHECK(ranks[0]->wait_exit(10s) == 128 + SIGKILL);
+  for (int r = 1; r < world; ++r) {
+    CAPTURE(r);
+    CHECK(ranks[size_t(r)]->wait_exit(60s) == 0);
+  }
   std::remove(ready.c_str());
   std::remove((ready + ".1").c_str());
 }
@@ -83,6 +90,11 @@ TEST_CASE("a TLS bulk link with a transfer in flight at the end: both processes 
 }
 TEST_CASE("a stream of small calls in flight at the end: both processes exit 0, whatever the ending") {
   check_every_ending("stream");
+}
+// G3 of Note [RRef protocol]: a fork borrowed by worker1, its fetch waiting
+// on worker2 for a value 3 s away, rank 0's pending child live.
+TEST_CASE("an RRef borrowed by a call, its fetch waiting at the end: all three processes exit 0, whatever the ending") {
+  check_every_ending("borrow", "", 3);
 }
 TEST_CASE("an inspection session open at the end: both processes exit 0, whatever the ending") {
   check_every_ending("inspector");

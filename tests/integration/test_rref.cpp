@@ -12,6 +12,7 @@
 
 #include <ATen/ATen.h>
 
+#include "actors/runtime/testing.hpp"
 #include "rref/rref.hpp"
 #include "support/cluster.hpp"
 #include "support/test_functions.hpp"
@@ -338,6 +339,63 @@ TEST_CASE("argument conversion: T->T, T->RRef<T>, RRef<T>->T, RRef<T>->RRef<T>")
   CHECK(world[0].rpc_sync<bool>("worker2", "rref_is_owner", on2));
   // An RRef passed to a builtin is resolved to its value.
   CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "aten::add", on2, t), t * 2));
+}
+
+namespace {
+int64_t borrowed_on(Worker& w) { return w.rref_debug_info().at("forks_borrowed_total"); }
+int64_t handled(Worker& w, castor::detail::MessageType t) {
+  return castor::testing::runtime(w).stats.received[size_t(t)].load();
+}
+}  // namespace
+
+// G3 of Note [RRef protocol], the pipeline's pattern: worker0 makes values on
+// worker2 with remote() and passes each to a function on worker1 that takes
+// the value, letting go of its RRef at once.
+TEST_CASE("an RRef from another user passed where the function takes the value is borrowed: no fork counted or kept") {
+  LocalWorld world(3);
+  using castor::detail::MessageType;
+  auto t = at::full({2}, 3.0);
+  auto borrowed0 = borrowed_on(world[1]);
+  SUBCASE("values shared while the caller holds them; the owner hears nothing from the borrower") {
+    auto on2 = world[0].remote<at::Tensor>("worker2", "identity", t);
+    CHECK(at::equal(on2.to_here(), t));
+    auto control2 = handled(world[2], MessageType::rref_control);
+    auto control0 = handled(world[0], MessageType::rref_control);
+    for (int i = 0; i < 20; ++i) CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "value_sum", on2), t.sum()));
+    CHECK(borrowed_on(world[1]) == borrowed0 + 20);
+    CHECK(handled(world[2], MessageType::rref_control) == control2);  // no fork_request, no user_delete
+    CHECK(eventually([&] { return handled(world[0], MessageType::rref_control) == control0 + 20; }));  // child_accepts
+    CHECK(eventually([&] { return world[0].rref_debug_info().at("num_pending_children") == 0; }));
+    CHECK(world[1].rref_debug_info().at("num_user_rrefs") == 0);
+    CHECK(world[2].rref_debug_info().at("num_forks") == 1);  // worker0's own
+  }
+  SUBCASE("temporaries let go at once, twenty in flight: each value lives until its borrow ends") {
+    std::vector<Future<at::Tensor>> sums;
+    for (int i = 0; i < 20; ++i) {
+      auto part = at::full({2}, double(i));
+      sums.push_back(world[0].rpc_async<at::Tensor>("worker1", "value_sum",
+                                                    world[0].remote<at::Tensor>("worker2", "identity", part)));
+    }
+    for (int i = 0; i < 20; ++i) CHECK(at::equal(sums[size_t(i)].wait(milliseconds(30000)), at::full({2}, double(i)).sum()));
+    CHECK(borrowed_on(world[1]) == borrowed0 + 20);
+  }
+  SUBCASE("the function throws: the error comes back and the value still ends") {
+    auto on2 = world[0].remote<at::Tensor>("worker2", "identity", at::ones({2, 2}));
+    auto error = error_of<RpcError>([&] { world[0].rpc_sync<at::Tensor>("worker1", "my_add", on2, at::ones({3})); });
+    CHECK(contains(error, "my_add"));
+    CHECK(contains(error, "worker1"));
+    CHECK(borrowed_on(world[1]) == borrowed0 + 1);
+  }
+  SUBCASE("a value whose creation failed: the borrower's call fails naming the owner's error") {
+    auto bad = world[0].remote<at::Tensor>("worker2", "explode_now", t);
+    auto error = error_of<RpcError>([&] { world[0].rpc_sync<at::Tensor>("worker1", "value_sum", bad); });
+    CHECK(contains(error, "argument 1 of 'value_sum' (an RRef) could not be fetched"));
+    CHECK(contains(error, "worker worker1"));
+  }
+  CHECK(eventually([&] { return owners_on(world[2]) == 0; }));
+  CHECK(eventually([&] { return world[0].rref_debug_info().at("num_pending_children") == 0; }));
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
 }
 
 TEST_CASE("nested RRef: a function returning RRef<T> called with remote gives RRef<RRef<T>>") {

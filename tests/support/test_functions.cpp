@@ -195,13 +195,15 @@ CASTOR_FUNCTION(hold_gated_remote, [](std::string key, std::string owner, std::s
   castor::test::held[current_worker().name() + "/" + key] = r;
   return true;
 });
-// remote() of identity on `to` with the RRef held here under `key` as its
-// argument, the result held under key + "/result" (test_deaths).
+// remote() of rref_sum on `to` with the RRef held here under `key` as its
+// argument, the result held under key + "/result" (test_deaths). rref_sum
+// takes the RRef, so `to` adopts the fork (a function that took the value
+// would borrow it: G3 of Note [RRef protocol]).
 CASTOR_FUNCTION(remote_held_to, [](std::string key, std::string to) {
   std::lock_guard<std::mutex> lock(castor::test::held_mtx);
   auto& held = castor::test::held;
   auto name = current_worker().name() + "/" + key;
-  held[name + "/result"] = current_worker().remote<at::Tensor>(to, "identity", held.at(name));
+  held[name + "/result"] = current_worker().remote<at::Tensor>(to, "rref_sum", held.at(name));
   return true;
 });
 // Sends a held RRef to `to`, which holds it under `key`.

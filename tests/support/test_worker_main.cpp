@@ -15,6 +15,10 @@
 //           "stream"    rank 0: 5000 small calls to worker1 sent without
 //                       waiting (B13: the link's writer sends them in
 //                       batches), most still on their way
+//           "borrow"    rank 0 (a world of 3): worker1's add_ints called with
+//                       an RRef of worker2's value, made 3 s later: worker1
+//                       borrows the fork (G3 of Note [RRef protocol]), its
+//                       fetch waiting on worker2, rank 0's pending child live
 //           "inspector" worker1: a `castor inspect` session with rank 0, open
 //           "stuck"     worker1: a call from rank 0 stuck in user code for
 //                       10 minutes (rank 0's own call timed out); every rank
@@ -139,6 +143,14 @@ void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
       return w.rpc_sync<int64_t>("worker1", "add_ints", int64_t(1), int64_t(2)) == 3 && stats.lane_sent.load() >= 1;
     }, std::chrono::milliseconds(10000)), "small calls never took the lane");
     for (int64_t i = 0; i < 5000; ++i) s.calls.push_back(w.rpc_async<int64_t>("worker1", "add_ints", i, int64_t(1)));
+  } else if (kind == "borrow") {
+    // The RRef itself goes at once, as in the pipeline app: rank 0's
+    // pending child keeps its fork until worker1's borrow ends (G2, G3).
+    s.calls.push_back(w.rpc_async<int64_t>(
+        "worker1", "add_ints", w.remote<int64_t>("worker2", "delayed_value", int64_t(3000), int64_t(41)), int64_t(1)));
+    expect(castor::test::eventually([&] { return w.rref_debug_info().at("num_pending_children") == 1; },
+                                    std::chrono::milliseconds(2000)),
+           "the fork given to worker1 was not kept as a pending child");
   } else if (kind == "stuck") {
     try {
       w.rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(600000), castor::Timeout{1500ms});

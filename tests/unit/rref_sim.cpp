@@ -115,7 +115,10 @@ Handle Sim::remote(WorkerId caller, WorkerId owner) {
   return h;
 }
 
-Handle Sim::share(Handle h, WorkerId to) {
+Handle Sim::share(Handle h, WorkerId to) { return pass(h, to, false); }
+Handle Sim::borrow(Handle h, WorkerId to) { return pass(h, to, true); }
+
+Handle Sim::pass(Handle h, WorkerId to, bool borrows) {
   auto& from_slot = handles_.at(h);
   auto state = from_slot.state;
   auto& w = *workers_[size_t(from_slot.worker)];
@@ -141,6 +144,7 @@ Handle Sim::share(Handle h, WorkerId to) {
   m.to = to;
   m.fork = RRefForkData{state->owner, state->id, fork, w.rank, "double"};
   m.slot = out;
+  m.borrows = borrows;
   post(std::move(m));
   settle();
   return out;
@@ -174,6 +178,10 @@ std::string Sim::kind_name(const Message& m) const {
       return "ack";
     case Message::Kind::call:
       return m.creates ? "create" : "call";
+    case Message::Kind::fetch:
+      return "fetch";
+    case Message::Kind::value:
+      return "value";
   }
   return "";
 }
@@ -182,14 +190,16 @@ Rule* Sim::rule_for(const Message& m) {
   auto name = kind_name(m);
   for (auto& r : rules_) {
     if (r.from >= 0 && r.from != m.from) continue;
-    if (r.message == name || (r.message == "*" && m.kind != Message::Kind::call)) return &r;
+    bool control = m.kind == Message::Kind::control || m.kind == Message::Kind::ack;
+    if (r.message == name || (r.message == "*" && control)) return &r;
   }
   return nullptr;
 }
 
 void Sim::post(Message m) {
   ++stats_.sent;
-  bool control = m.kind != Message::Kind::call;
+  ++sent_by_kind_[kind_name(m)];
+  bool control = m.kind == Message::Kind::control || m.kind == Message::Kind::ack;
   int copies = 1, gap = 0, delay = 0;
   if (auto* r = rule_for(m)) {
     if (r->seen++ < r->drop_first) {
@@ -227,6 +237,10 @@ void Sim::deliver(Message& m) {
       return on_ack(w, m.ack);
     case Message::Kind::call:
       return on_call(w, m);
+    case Message::Kind::fetch:
+      return on_fetch(w, m);
+    case Message::Kind::value:
+      return on_value(w, m);
   }
 }
 
@@ -336,6 +350,7 @@ void Sim::on_call(Worker& w, const Message& m) {
     to_owner(w, OwnerEvent::created(d.rref_id, d.fork_id, m.from));
     return;
   }
+  if (m.borrows && borrow_on_arrival(w, m)) return;
   auto call = w.next_call++;
   auto& pending = w.calls[call];
   pending.handle = m.slot;
@@ -368,6 +383,69 @@ void Sim::on_call(Worker& w, const Message& m) {
   run_if_ready(w, call);
 }
 
+// call_preparation.cpp's borrow_argument: a fork from a user, taken by value,
+// is fetched with no fork here (G3).
+bool Sim::borrow_on_arrival(Worker& w, const Message& m) {
+  auto release = w.forks->borrowed(m.fork);
+  if (!release) return false;
+  auto call = w.next_call++;
+  auto& pending = w.calls[call];
+  pending.handle = m.slot;
+  pending.outstanding = 1;
+  pending.release = release;
+  pending.borrowed = m.fork;
+  handles_[m.slot].arrived = true;
+  Message f;
+  f.kind = Message::Kind::fetch;
+  f.from = w.rank;
+  f.to = m.fork.owner;
+  f.fork = m.fork;
+  f.call = call;
+  post(std::move(f));
+  return true;
+}
+
+// remote_calls.cpp's fetch: the slot is made if the fetch came first, and
+// the answer waits until the value is created (here: the fetch is looked at
+// again a millisecond later).
+void Sim::on_fetch(Worker& w, const Message& m) {
+  const auto& d = m.fork;
+  auto answer = [&](bool ok) {
+    Message v;
+    v.kind = Message::Kind::value;
+    v.from = w.rank;
+    v.to = m.from;
+    v.fork = d;
+    v.call = m.call;
+    v.ok = ok;
+    post(std::move(v));
+  };
+  if (w.ended.count(d.rref_id)) {
+    // G3: the parent's pending child keeps the value until the borrower's
+    // child_accept, which leaves only with this answer.
+    if (workers_[size_t(d.parent)]->alive && workers_[size_t(m.from)]->alive)
+      violation("a borrowed fetch of " + to_string(d.rref_id) + " found it ended while its parent, worker " +
+                std::to_string(d.parent) + ", lives");
+    return answer(false);
+  }
+  auto* o = owner_slot(w, d.rref_id, true);
+  if (!o || o->creator_died) return answer(false);
+  if (!o->forks->is_created()) {
+    in_flight_.emplace(std::make_pair(now_ + 1, seq_++), m);
+    return;
+  }
+  answer(true);
+}
+
+// on_argument_ready: the borrow is over (child_accept), then the call runs or fails.
+void Sim::on_value(Worker& w, const Message& m) {
+  auto it = w.calls.find(m.call);
+  if (it == w.calls.end()) return;
+  if (it->second.release) send_control(w, *it->second.release);
+  it->second.release.reset();
+  call_done(w, m.call, !m.ok);
+}
+
 // PreparedCalls::done: one wait is over (or failed).
 void Sim::call_done(Worker& w, PreparedCallId call, bool failed) {
   auto it = w.calls.find(call);
@@ -390,6 +468,12 @@ void Sim::run_if_ready(Worker& w, PreparedCallId call) {
     return;
   }
   slot.ran = true;
+  if (pending.borrowed.rref_id.valid()) {  // G3: the function has the value, no fork here
+    auto& owner = *workers_[size_t(slot.owner)];
+    if (owner.alive && owner.ended.count(slot.rref) && workers_[size_t(pending.borrowed.parent)]->alive)
+      violation("a call on worker " + std::to_string(w.rank) + " borrowed " + to_string(slot.rref) + ", which had ended");
+    return;
+  }
   slot.confirmed_when_ran = slot.state && slot.state->confirmed.load();
   if (!slot.confirmed_when_ran) violation("a call on worker " + std::to_string(w.rank) + " ran with an unconfirmed fork");
   auto& owner = *workers_[size_t(slot.owner)];
@@ -411,6 +495,17 @@ void Sim::on_peer_down(Worker& w, WorkerId rank) {
   w.known_dead.insert(rank);
   w.outbox->peer_down(rank);
   for (auto call : w.forks->peer_down(rank)) call_done(w, call, true);
+  // A borrowed fork's fetch to a dead owner fails (start_call's peer death):
+  // its child_accept leaves as with any answer.
+  std::vector<PreparedCallId> lost;
+  for (auto& [id, pc] : w.calls)
+    if (pc.release && pc.borrowed.owner == rank) lost.push_back(id);
+  for (auto id : lost) {
+    auto& pc = w.calls[id];
+    send_control(w, *pc.release);
+    pc.release.reset();
+    call_done(w, id, true);
+  }
   std::vector<RRefId> ids;
   w.owners.for_each([&](RRefId id, SimOwner&) { ids.push_back(id); });
   for (auto id : ids) to_owner(w, OwnerEvent::peer_down(id, rank));

@@ -18,6 +18,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <random>
 #include <set>
@@ -84,6 +85,12 @@ class Sim {
   /// `h`'s worker passes it in a call to `to`, whose function keeps it: the
   /// returned handle is there once the call ran.
   Handle share(Handle h, WorkerId to);
+  /// `h`'s worker passes it in a call to `to` whose function takes the
+  /// value, not the RRef (G3 of Note [RRef protocol]): a fork from a user is
+  /// borrowed (fetched from the owner, never held); the returned handle has
+  /// ran() once the function got the value, failed() if the fetch failed.
+  /// Other sharing cases adopt the fork, as share() does.
+  Handle borrow(Handle h, WorkerId to);
   /// The holder lets go of `h` (a handle not arrived yet: the function it
   /// is passed to will not keep it).
   void drop(Handle h);
@@ -132,6 +139,11 @@ class Sim {
     int sent = 0, dropped = 0, duplicated = 0, delivered = 0, resent = 0;
   };
   const Stats& stats() const { return stats_; }
+  /// Messages of one kind (kind_name's names) sent so far, retries included.
+  int sent_of(const std::string& kind) const {
+    auto it = sent_by_kind_.find(kind);
+    return it == sent_by_kind_.end() ? 0 : it->second;
+  }
 
  private:
   struct SimOwner {
@@ -151,6 +163,9 @@ class Sim {
     Handle handle = 0;
     int outstanding = 0;
     bool failed = false;
+    // G3: a borrowed fork's fetch is out; its child_accept leaves with the answer.
+    std::optional<detail::ControlToSend> release;
+    RRefForkData borrowed;
   };
 
   struct Worker {
@@ -179,13 +194,17 @@ class Sim {
   };
 
   struct Message {
-    enum class Kind { control, ack, call } kind = Kind::control;
+    // fetch: a borrower's to_here (a call: never dropped); value: its answer.
+    enum class Kind { control, ack, call, fetch, value } kind = Kind::control;
     WorkerId from = -1, to = -1;
     RRefControl control;
     RRefControlAck ack;
     RRefForkData fork;     // call: the fork it carries, or remote()'s result_to
     bool creates = false;  // call: remote()'s request, which creates the value
     Handle slot = 0;       // call: the handle the receiver's function keeps
+    bool borrows = false;  // call: the function takes the value (G3)
+    detail::PreparedCallId call = 0;  // fetch, value: the borrower's waiting call
+    bool ok = false;                  // value: the owner had it
   };
 
   // The network.
@@ -203,6 +222,10 @@ class Sim {
   void on_control(Worker& w, const RRefControl& msg);
   void on_ack(Worker& w, const RRefControlAck& ack);
   void on_call(Worker& w, const Message& m);
+  bool borrow_on_arrival(Worker& w, const Message& m);
+  void on_fetch(Worker& w, const Message& m);
+  void on_value(Worker& w, const Message& m);
+  Handle pass(Handle h, WorkerId to, bool borrows);
   void on_dropped(Worker& w, const Dropped& d);
   void on_peer_down(Worker& w, WorkerId rank);
   void release(Worker& w, const detail::Released& r);
@@ -233,6 +256,7 @@ class Sim {
   std::vector<HandleSlot> handles_;
   std::vector<std::string> violations_;
   Stats stats_;
+  std::map<std::string, int> sent_by_kind_;
 };
 
 }  // namespace castor::test::rref_sim

@@ -566,12 +566,87 @@ TEST_CASE("a creator that dies before its request arrives: the owner stops waiti
   CHECK(sim.ended(u));
 }
 
+TEST_CASE("G3: a fork taken by value is borrowed: fetched under the parent's pending child, never counted") {
+  // The pipeline's pattern: worker0 makes a value on worker1 with remote(),
+  // passes it to worker2's function that takes the value, and lets go at once.
+  Sim sim(3, /*seed=*/61, Faults{0, 0, 1, 5});
+  sim.add_rule(Rule{"create", 0, 200});        // the borrower's fetch overtakes the creation
+  sim.add_rule(Rule{"child_accept", 0, 150});  // and the parent hears of the borrow's end late
+  auto h = sim.remote(0, 1);
+  auto b = sim.borrow(h, 2);
+  sim.drop(h);
+  sim.run_for(100);
+  CHECK_FALSE(sim.ran(b));                         // the value is not made yet
+  CHECK(sim.forks_of(0).pending_children() == 1);  // G2 keeps worker0's fork
+  CHECK(sim.forks_of(2).pending_users() == 0);     // the borrower asked the owner for nothing but the value
+  sim.run_for(200);
+  CHECK(sim.ran(b));
+  CHECK_FALSE(sim.holds(b));  // the function had the value; no fork was kept
+  CHECK_FALSE(sim.ended(h));  // child_accept not arrived yet: worker0's fork still counts
+  check_clean_end(sim);
+  CHECK(sim.ended(h));
+  CHECK(sim.sent_of("fork_request") == 0);
+  CHECK(sim.sent_of("child_accept") >= 1);  // resent while the rule holds it back
+  CHECK(sim.sent_of("user_delete") == 1);  // worker0's only
+  CHECK(sim.sent_of("fetch") == 1);
+}
+
+TEST_CASE("G3: an owner's fork, or a fork to the owner, taken by value is adopted as before") {
+  Sim sim(3, /*seed=*/62, Faults{0, 0, 1, 5});
+  auto h = sim.make_rref(0);
+  auto u = sim.borrow(h, 1);  // owner -> user: counted by the owner, nothing to borrow
+  sim.run_until_arrived(u);
+  CHECK(sim.holds(u));
+  auto back = sim.borrow(u, 0);  // user -> owner: the owner's own handle
+  CHECK(sim.run_until_quiet());
+  CHECK(sim.holds(back));
+  CHECK(sim.sent_of("fetch") == 0);
+  sim.drop(h);
+  sim.drop(u);
+  sim.drop(back);
+  check_clean_end(sim);
+  CHECK(sim.ended(h));
+}
+
+TEST_CASE("G3: the parent dies while a borrow's fetch is out: the fetch fails or gets the value, nothing is left") {
+  for (int delay : {0, 30, 120}) {
+    CAPTURE(delay);
+    Sim sim(3, /*seed=*/63 + uint64_t(delay), Faults{0, 0, 1, 5});
+    sim.add_rule(Rule{"fetch", 0, delay});
+    auto h = sim.remote(0, 1);
+    CHECK(sim.run_until_quiet());
+    auto b = sim.borrow(h, 2);
+    sim.drop(h);
+    sim.run_for(3);
+    sim.kill(0);
+    check_clean_end(sim);
+    CHECK((sim.ran(b) || sim.failed(b)));
+    CHECK(sim.ended(h));
+  }
+}
+
+TEST_CASE("G3: the owner dies while a borrow's fetch is out: the call fails and the parent's pending child goes") {
+  Sim sim(3, /*seed=*/64, Faults{0, 0, 1, 5});
+  sim.add_rule(Rule{"fetch", 0, 500});  // lost with the owner
+  auto h = sim.remote(0, 1);
+  CHECK(sim.run_until_quiet());
+  auto b = sim.borrow(h, 2);
+  sim.run_for(50);
+  sim.kill(1);
+  sim.run_for(100);
+  CHECK(sim.failed(b));
+  CHECK(sim.forks_of(0).pending_children() == 0);
+  sim.drop(h);
+  check_clean_end(sim);
+}
+
 // -- randomized ------------------------------------------------------------------------------------
 
 namespace {
 
 // A random program over `n` workers: values made (make_rref or remote()),
-// shared along random trees, dropped in random order, while the network
+// shared along random trees (some passes borrowed by a function that takes
+// the value, G3), dropped in random order, while the network
 // drops, duplicates and reorders. Optionally a worker dies midway.
 void random_program(Sim& sim, std::mt19937& rng, int n, bool with_death) {
   auto pick = [&](int k) { return int(rng() % uint32_t(k)); };
@@ -587,7 +662,11 @@ void random_program(Sim& sim, std::mt19937& rng, int n, bool with_death) {
     std::vector<Handle> holders;  // handles whose worker has the state now
     for (auto h : live)
       if (sim.holds(h)) holders.push_back(h);
-    if (!holders.empty()) live.push_back(sim.share(holders[size_t(pick(int(holders.size())))], WorkerId(pick(n))));
+    if (!holders.empty()) {
+      auto from = holders[size_t(pick(int(holders.size())))];
+      // A third of the passes go to a function that takes the value (G3).
+      live.push_back(pick(3) == 0 ? sim.borrow(from, WorkerId(pick(n))) : sim.share(from, WorkerId(pick(n))));
+    }
     if (pick(3) == 0) {
       auto i = size_t(pick(int(live.size())));
       sim.drop(live[i]);
