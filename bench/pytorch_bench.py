@@ -52,6 +52,19 @@ def suite_rref(out, reps):
     out["remote_to_here_us"] = median_us(2000 * reps, lambda: rpc.remote("worker1", add, args=(x, x)).to_here(), 100)
 
 
+def sum_of_rref(r):
+    return r.to_here().sum()
+
+
+def suite_rref_passed_on(out, reps):
+    # PyTorch's functions take the RRef and fetch inside: one way for both of
+    # castor's figures (castor's by-value form borrows the fork, G3).
+    x = torch.ones(2)
+    us = median_us(1000 * reps, lambda: rpc.rpc_sync("worker2", sum_of_rref, args=(rpc.remote("worker1", ident, args=(x,)),)), 100)
+    out["rref_passed_on_by_value_us"] = us
+    out["rref_passed_on_as_rref_us"] = us
+
+
 def suite_autograd(out, reps):
     a = torch.rand(3, 3, requires_grad=True)
     b = torch.rand(3, 3, requires_grad=True)
@@ -150,7 +163,7 @@ def param_rrefs(module_rref):
 SUITES = {"rpc": suite_rpc, "rref": suite_rref, "autograd": suite_autograd, "sweep": suite_sweep,
           "recovery": suite_recovery}
 # Suites that need more than two workers, with their world size.
-WIDE = {"autograd": (suite_autograd_chain, 4)}
+WIDE = {"autograd": (suite_autograd_chain, 4), "rref": (suite_rref_passed_on, 3)}
 
 
 def worker(rank, world, port, suites, reps, queue):
