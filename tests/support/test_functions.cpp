@@ -216,12 +216,13 @@ CASTOR_FUNCTION(share_held, [](std::string key, std::string to, std::string new_
   return current_worker().rpc_sync<bool>(to, "hold", new_key, r);
 });
 CASTOR_FUNCTION(rref_debug, [] { return current_worker().rref_debug_info().at("num_owner_rrefs"); });
-// Returns `t` once the test opens gate `name` (test::gate): the value of an
-// RRef it creates does not exist until then. Fails after 30 s closed.
+// Throws at once: an RRef it creates holds that error.
 CASTOR_FUNCTION(explode_now, [](at::Tensor t) -> at::Tensor {
   throw std::runtime_error("explode_now: failed at once (" + std::to_string(t.numel()) + " elements)");
 });
 
+// Returns `t` once the test opens gate `name` (test::gate): the value of an
+// RRef it creates does not exist until then. Fails after 30 s closed.
 CASTOR_FUNCTION(gated_value, [](std::string name, at::Tensor t) {
   if (!castor::test::gate(name).pass(std::chrono::seconds(30)))
     throw std::runtime_error("gate '" + name + "' was not opened within 30 s");

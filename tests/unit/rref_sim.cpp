@@ -437,14 +437,17 @@ void Sim::on_fetch(Worker& w, const Message& m) {
   answer(true);
 }
 
-// on_argument_ready: the borrow is over (child_accept), then the call runs or fails.
-void Sim::on_value(Worker& w, const Message& m) {
-  auto it = w.calls.find(m.call);
-  if (it == w.calls.end()) return;
-  if (it->second.release) send_control(w, *it->second.release);
+// on_argument_ready: the borrow is over (child_accept to the parent), then
+// the call runs or fails; once per borrow.
+void Sim::end_borrow(Worker& w, PreparedCallId call, bool failed) {
+  auto it = w.calls.find(call);
+  if (it == w.calls.end() || !it->second.release) return;
+  send_control(w, *it->second.release);
   it->second.release.reset();
-  call_done(w, m.call, !m.ok);
+  call_done(w, call, failed);
 }
+
+void Sim::on_value(Worker& w, const Message& m) { end_borrow(w, m.call, !m.ok); }
 
 // PreparedCalls::done: one wait is over (or failed).
 void Sim::call_done(Worker& w, PreparedCallId call, bool failed) {
@@ -500,12 +503,7 @@ void Sim::on_peer_down(Worker& w, WorkerId rank) {
   std::vector<PreparedCallId> lost;
   for (auto& [id, pc] : w.calls)
     if (pc.release && pc.borrowed.owner == rank) lost.push_back(id);
-  for (auto id : lost) {
-    auto& pc = w.calls[id];
-    send_control(w, *pc.release);
-    pc.release.reset();
-    call_done(w, id, true);
-  }
+  for (auto id : lost) end_borrow(w, id, true);
   std::vector<RRefId> ids;
   w.owners.for_each([&](RRefId id, SimOwner&) { ids.push_back(id); });
   for (auto id : ids) to_owner(w, OwnerEvent::peer_down(id, rank));

@@ -225,6 +225,7 @@ class Sim {
   bool borrow_on_arrival(Worker& w, const Message& m);
   void on_fetch(Worker& w, const Message& m);
   void on_value(Worker& w, const Message& m);
+  void end_borrow(Worker& w, detail::PreparedCallId call, bool failed);
   Handle pass(Handle h, WorkerId to, bool borrows);
   void on_dropped(Worker& w, const Dropped& d);
   void on_peer_down(Worker& w, WorkerId rank);
