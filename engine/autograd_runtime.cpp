@@ -261,6 +261,7 @@ void AutogradRuntime::stop() {
     all.swap(contexts_);
     boxes.swap(inboxes_);
   }
+  backward_waiters_->close(rt_.name());  // BW1 of Note [Backward at shutdown]
   for (auto& [id, a] : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   deadlines_.close();
   // D8 of Note [Actors run where their messages arrive]: our actors run on

@@ -16,6 +16,7 @@
 #include "actors/hooks/autograd_hooks.hpp"
 #include "actors/api/worker_options.hpp"
 #include "engine/context_actor.hpp"
+#include "engine/backward_waiters.hpp"
 #include "engine/deadline_board.hpp"
 
 namespace castor::detail {
@@ -67,6 +68,8 @@ class AutogradRuntime : public AutogradHooks {
   AutogradMode mode() const;
   /// Graph tasks waiting with a deadline (Note [Graph task watchdog]).
   DeadlineBoard& deadlines() { return deadlines_; }
+  /// backward() callers waiting here; failed by stop() (Note [Backward at shutdown]).
+  std::shared_ptr<BackwardWaiters> backward_waiters() const { return backward_waiters_; }
   /// A new backward pass id, unique in the world (C4 of Note [FAST mode]).
   uint64_t next_pass_id();
   /// Asks the worker actor for a sweep now (a deadline came sooner).
@@ -85,6 +88,7 @@ class AutogradRuntime : public AutogradHooks {
   IdGenerator<ContextId> context_ids_;
   AutogradCounters counters_;
   DeadlineBoard deadlines_;
+  const std::shared_ptr<BackwardWaiters> backward_waiters_ = std::make_shared<BackwardWaiters>();  // BW2
   std::atomic<uint64_t> passes_{0};
   mutable std::mutex mtx_;
   // The forward inbox of every context here (Note [Forward inbox]); its

@@ -62,6 +62,7 @@ GradientMap Context::gradients() const { return get_gradients(*w_, id_); }
 void backward(Worker& w, int64_t context_id, const std::vector<at::Tensor>& roots, bool retain_graph,
               Timeout timeout) {
   auto actor = context_actor_of(w, context_id);
+  auto& ar = runtime_of(w);
   Promise<void> done(detail::CallbackRunner{});
   detail::StartBackward sb;
   sb.roots = roots;
@@ -73,9 +74,17 @@ void backward(Worker& w, int64_t context_id, const std::vector<at::Tensor>& root
     else
       done.try_set_value();
   };
+  // BW1 of Note [Backward at shutdown]: a worker that stops ends this wait.
+  struct Watch {
+    std::shared_ptr<detail::BackwardWaiters> waiters;
+    uint64_t id;
+    ~Watch() { waiters->remove(id); }
+  } watch{ar.backward_waiters(), 0};
+  watch.id = watch.waiters->add(ContextId(uint64_t(context_id)),
+                                [done](ErrorInfo e) { done.try_set_error(std::move(e)); });
   // This thread starts the pass, and runs what it can of our part before it
   // waits (Note [Actors run where their messages arrive]).
-  runtime_of(w).deliver(actor, std::move(sb));
+  ar.deliver(actor, std::move(sb));
   done.future().wait();
 }
 

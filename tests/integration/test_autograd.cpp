@@ -345,6 +345,32 @@ TEST_CASE("a gradient that is not answered within the pass's timeout fails the p
   CHECK(eventually([&] { return no_context_anywhere(world); }));
 }
 
+// BW1 of Note [Backward at shutdown]: a backward() waiting on another thread
+// when its worker stops without waiting (shutdown(false)) ends at once; it
+// waited forever before (the endings test with an early gradient found it).
+TEST_CASE("a backward() waiting when its worker shuts down without waiting fails, naming the worker and context (BW1)") {
+  LocalWorld world(2);
+  auto x = leaf({3}, 19);
+  auto ctx = std::make_shared<autograd::Context>(world[0]);
+  // worker1's part sleeps 3 s in user code: the pass is running at the stop.
+  auto y = world[0].rpc_sync<torch::Tensor>("worker1", "slow_backward", x, int64_t(3000));
+  auto outcome = std::make_shared<std::promise<std::string>>();
+  auto message = outcome->get_future();
+  // Detached, so that a wait that never ends fails the REQUIRE below instead
+  // of hanging the test in a joining destructor.
+  std::thread([ctx, y, outcome] { outcome->set_value(error_of<ShutdownError>([&] { ctx->backward({y.sum()}); })); })
+      .detach();
+  REQUIRE(eventually([&] { return world[0].autograd_debug_info().at("num_running_graph_tasks") == 1; }));
+  auto stopped = std::chrono::steady_clock::now();
+  world[0].shutdown(false);
+  REQUIRE(message.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  CHECK(std::chrono::steady_clock::now() - stopped < milliseconds(2500));  // not when worker1's node woke up
+  CHECK(contains(message.get(), "worker worker0 shut down during the backward pass in autograd context " +
+                                    std::to_string(ctx->id())));
+  // A backward() after the stop fails at once.
+  CHECK(contains(error_of<ShutdownError>([&] { ctx->backward({y.sum()}); }), "worker0 is shut down"));
+}
+
 // D2 of Note [Drain order]: worker1's part runs on an executor thread (its
 // tensors are too big for light nodes); the gradient it owes worker2 is ready
 // before its user function's node, and must not wait for it.

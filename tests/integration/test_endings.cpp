@@ -96,6 +96,11 @@ TEST_CASE("a stream of small calls in flight at the end: both processes exit 0, 
 TEST_CASE("an RRef borrowed by a call, its fetch waiting at the end: all three processes exit 0, whatever the ending") {
   check_every_ending("borrow", "", 3);
 }
+// D2 of Note [Drain order]: worker1 sent worker2 its gradient early and is
+// in a slow node of its own; the backward pass runs on all three ranks.
+TEST_CASE("a backward pass with an early gradient in flight at the end: all three processes exit 0, whatever the ending") {
+  check_every_ending("early_gradient", "", 3);
+}
 TEST_CASE("an inspection session open at the end: both processes exit 0, whatever the ending") {
   check_every_ending("inspector");
 }

@@ -19,6 +19,10 @@
 //                       an RRef of worker2's value, made 3 s later: worker1
 //                       borrows the fork (G3 of Note [RRef protocol]), its
 //                       fetch waiting on worker2, rank 0's pending child live
+//           "early_gradient" rank 0 (a world of 3): a backward pass running
+//                       on every rank: worker1 sent worker2 its gradient for
+//                       a hop and runs a slow node (3 s) of its own (D2 of
+//                       Note [Drain order])
 //           "inspector" worker1: a `castor inspect` session with rank 0, open
 //           "stuck"     worker1: a call from rank 0 stuck in user code for
 //                       10 minutes (rank 0's own call timed out); every rank
@@ -39,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -90,6 +95,7 @@ struct LiveState {
   std::optional<castor::optim::DistributedOptimizer> optimizer;
   std::optional<castor::Future<void>> step;
   std::unique_ptr<castor::InspectionClient> inspection;
+  std::future<void> backward;  // ends before `context` (declared after it)
 };
 
 // worker1's part, made before rank 0 starts its own.
@@ -151,6 +157,18 @@ void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
     expect(castor::test::eventually([&] { return w.rref_debug_info().at("num_pending_children") == 1; },
                                     std::chrono::milliseconds(2000)),
            "the fork given to worker1 was not kept as a pending child");
+  } else if (kind == "early_gradient") {
+    s.context.emplace(w);
+    auto x = at::ones({100, 100}).set_requires_grad(true);
+    auto z = w.rpc_sync<at::Tensor>("worker1", "hop_beside_slow_backward", std::string("worker2"), int64_t(3000), x);
+    auto* context = &*s.context;
+    // Its outcome depends on the ending (done, or failed by the shutdown);
+    // the processes' exit codes are what the test checks.
+    s.backward = std::async(std::launch::async, [context, z] { context->backward({z.sum()}); });
+    expect(castor::test::eventually([&] { return w.autograd_debug_info().at("num_running_graph_tasks") == 1; },
+                                    std::chrono::milliseconds(10000)),
+           "the backward pass did not start");
+    std::this_thread::sleep_for(300ms);  // worker1's gradient for worker2 leaves before its slow node
   } else if (kind == "stuck") {
     try {
       w.rpc_sync<int64_t>("worker1", "sleep_ms", int64_t(600000), castor::Timeout{1500ms});
