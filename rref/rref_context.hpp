@@ -65,8 +65,9 @@ namespace castor::detail {
 //      Borrowed only when adopting is not needed: the owner and the parent
 //      alive as far as the child knows (else the usual path settles it),
 //      and the fork not restartable (RS4 re-registers forks). If the parent
-//      dies before the fetch is answered, the owner may end the value and
-//      the call fails naming it; the caller that would get its reply is gone.
+//      dies before the fetch is answered, the owner may end the value: the
+//      fetch fails, and so does the call, with the owner's error (its
+//      caller, who would get the reply, is gone).
 //
 // Messages: fork_request (child -> owner; ack = confirmation), child_accept
 // (child -> parent), user_delete (user -> owner), and their acks. Each carries
@@ -87,8 +88,8 @@ namespace castor::detail {
 // each unit-tested through a simulated network that delays, reorders,
 // duplicates and drops (tests/unit/test_rref_protocol_unit.cpp):
 //  - rref/protocol/fork_table: the sharing cases as the sender and the
-//    receiver see them, G2's pending children, pending users and the calls
-//    waiting on them, and what a dead peer means for them;
+//    receiver see them, G2's pending children, G3's borrows, pending users
+//    and the calls waiting on them, and what a dead peer means for them;
 //  - rref/protocol/outbox: retries with backoff until acknowledged, and
 //    nothing kept for a dead peer;
 //  - rref/protocol/owner_forks: the owner's count (G1: the value ends when
