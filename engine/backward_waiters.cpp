@@ -2,7 +2,6 @@
 #include "engine/backward_waiters.hpp"
 
 #include <utility>
-#include <vector>
 
 namespace castor::detail {
 

@@ -107,13 +107,12 @@ void prepare_call(context_pointer self, IncomingCall&& ic) {
   st.prepared.wait(id);
   auto& request = st.prepared.find(id)->request;  // stays put while the call is held
   auto takes_rref = rref_params(self, request, request.args);
-  std::vector<bool> borrowed(request.args.size(), false);
   for (size_t i = 0; i < request.args.size(); ++i) {
-    if (request.args[i].is_rref() && !takes_rref[i]) borrowed[i] = borrow_argument(self, id, i);
-    if (!borrowed[i]) adopt_value(self, request.args[i], id);
+    bool by_value = request.args[i].is_rref() && !takes_rref[i];
+    if (by_value && borrow_argument(self, id, i)) continue;
+    adopt_value(self, request.args[i], id);
+    if (by_value) resolve_argument(self, id, i);
   }
-  for (size_t i = 0; i < request.args.size(); ++i)
-    if (request.args[i].is_rref() && !takes_rref[i] && !borrowed[i]) resolve_argument(self, id, i);
   run_ready(self, st.prepared.done(id));
 }
 

@@ -33,6 +33,13 @@ std::string ready_file(uint16_t port) {
   return path;
 }
 
+// Ranks 0 to world - 1 of one world, each a child process told `args`.
+std::vector<std::unique_ptr<ChildWorker>> start_world(int world, uint16_t port, const std::vector<std::string>& args) {
+  std::vector<std::unique_ptr<ChildWorker>> ranks;
+  for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<ChildWorker>(r, world, port, args));
+  return ranks;
+}
+
 // Each ending with the peers alive, then rank 0 killed (SIGKILL) while the
 // state is live and the others shutting down. With `tls_dir`, a TLS world
 // (test_worker_main.cpp reads CASTOR_TEST_TLS_DIR); `world` processes.
@@ -43,8 +50,7 @@ void check_every_ending(const std::string& kind, const std::string& tls_dir = ""
     CAPTURE(ending);
     auto port = free_port();
     auto ready = ready_file(port);
-    std::vector<std::unique_ptr<ChildWorker>> ranks;
-    for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<ChildWorker>(r, world, port, std::vector<std::string>{kind, ending, ready}));
+    auto ranks = start_world(world, port, {kind, ending, ready});
     for (int r = 0; r < world; ++r) {
       CAPTURE(r);
       CHECK(ranks[size_t(r)]->wait_exit(60s) == 0);
@@ -55,8 +61,7 @@ void check_every_ending(const std::string& kind, const std::string& tls_dir = ""
   INFO("rank 0 killed");
   auto port = free_port();
   auto ready = ready_file(port);
-  std::vector<std::unique_ptr<ChildWorker>> ranks;
-  for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<ChildWorker>(r, world, port, std::vector<std::string>{kind, "killed", ready}));
+  auto ranks = start_world(world, port, {kind, "killed", ready});
   REQUIRE_MESSAGE(eventually([&] { return std::ifstream(ready).good(); }, 60s), "rank 0 never made its state live");
   ranks[0]->kill();
   CHECK(ranks[0]->wait_exit(10s) == 128 + SIGKILL);
