@@ -171,13 +171,27 @@ void AutogradRuntime::handle_done(BackwardDone&& done) {
 }
 
 void AutogradRuntime::handle_control(ContextControl&& msg) {
-  if (auto actor = context(msg.context, false)) return deliver(actor, std::move(msg));
-  // Note [Context cleanup], the dead link: a join for a context released
-  // here already is answered with its cleanup.
-  if (msg.op == ContextControl::join && msg.context.worker() == rt_.rank() && rt_.world().peer(msg.from)) {
-    rt_.counters().sent.fetch_add(1);
-    rt_.send_to_peer(msg.from, ContextControl{msg.context, ContextControl::cleanup, rt_.rank(), {}, {}});
+  if (msg.op == ContextControl::join) return handle_join(msg);
+  if (auto actor = context(msg.context, false)) deliver(actor, std::move(msg));
+}
+
+// J1 of Note [Context cleanup]: a join for a live context goes into its
+// inbox under our lock; one for a context released here already (or never
+// known) is answered with its cleanup.
+void AutogradRuntime::handle_join(const ContextControl& msg) {
+  if (msg.from == rt_.rank()) return;
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    auto it = inboxes_.find(msg.context);
+    if (it != inboxes_.end()) {
+      std::lock_guard<std::mutex> box_lock(it->second->mtx);
+      it->second->peers.insert(msg.from);
+      return;
+    }
   }
+  if (msg.context.worker() != rt_.rank() || !rt_.world().peer(msg.from)) return;
+  rt_.counters().sent.fetch_add(1);
+  rt_.send_to_peer(msg.from, ContextControl{msg.context, ContextControl::cleanup, rt_.rank(), {}, {}});
 }
 
 void AutogradRuntime::on_peer_down(WorkerId rank) {

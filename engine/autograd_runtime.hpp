@@ -91,6 +91,7 @@ class AutogradRuntime : public AutogradHooks {
   const std::shared_ptr<BackwardWaiters> backward_waiters_ = std::make_shared<BackwardWaiters>();  // BW2
   std::atomic<uint64_t> passes_{0};
   mutable std::mutex mtx_;
+  void handle_join(const ContextControl& msg);  // J1 of Note [Context cleanup]
   // The forward inbox of every context here (Note [Forward inbox]); its
   // actor, once it has one (F2).
   std::shared_ptr<ForwardInbox> inbox(ContextId id);

@@ -43,6 +43,17 @@ namespace castor::detail {
 // its peers (join); the creator's cleanup then reaches it directly. A
 // creator that has released the context already answers the join with a
 // cleanup at once (AutogradRuntime::handle_control).
+//  J1 A join and the creator's release are ordered under the runtime's
+//     lock, so a join is never lost between them: the runtime puts a join
+//     for a live context into its inbox (no message to the actor, which
+//     may be ending), and the actor forgets the context before it takes
+//     the inbox one last time and sends its cleanups. A join that finds
+//     the context live is in that last take; one that comes after finds it
+//     released and is answered. Before, a join looked the actor up, and the
+//     actor could end between the lookup and the delivery: the join was
+//     dropped with its mailbox and the survivor kept its part until it
+//     shut down (test_deaths, a gradient sent ahead of a slow node, one
+//     run in six under ASan and load).
 
 namespace {
 
@@ -188,10 +199,6 @@ void on_task_ended(context_pointer self, TaskEnded&& e) {
 
 void on_control(context_pointer self, ContextControl&& msg) {
   auto& st = self->state;
-  if (msg.op == ContextControl::join) {  // Note [Context cleanup], the dead link
-    if (msg.from != st.rt->rank()) st.peers.insert(msg.from);
-    return;
-  }
   auto from = msg.from;
   msg.from = st.rt->rank();
   if (msg.op == ContextControl::abort) {
@@ -201,6 +208,10 @@ void on_control(context_pointer self, ContextControl&& msg) {
       if (p != from) send_to_peer(st.rt, p, msg);
     return;
   }
+  // J1 of Note [Context cleanup]: forgotten first, then the inbox's last
+  // joins are taken.
+  st.ar->forget(st.id);
+  take_forward(self);
   for (auto p : st.peers)
     if (p != from) send_to_peer(st.rt, p, msg);
   st.ar->counters().sends.fetch_sub(int64_t(st.sends.size()));
@@ -212,7 +223,6 @@ void on_control(context_pointer self, ContextControl&& msg) {
                          context_error(self, "the context was released during a backward pass")};
     self->send(st.task, abort);
   }
-  st.ar->forget(st.id);
   self->quit();
 }
 

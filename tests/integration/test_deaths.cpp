@@ -224,8 +224,13 @@ void kill_worker1_at(const std::string& point) {
       REQUIRE(gate.wait_arrived(1, milliseconds(20000)));
       tensor_calls.push_back(w0.rpc_async<at::Tensor>("worker1", "value_sum", shared));
       REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_pending_futures") == 1; }, milliseconds(10000)));
-      CHECK(w0.rref_debug_info().at("num_pending_children") == 1);
-      CHECK(w2.rref_debug_info().at("num_forks") == 1);  // worker0's: a borrowed fork is never counted
+      // The fetch can arrive before worker0's context has counted its child
+      // and worker2's has counted the creator's fork (each an actor's
+      // message, sent before the call left): both counts are waited for.
+      CHECK(eventually([&] { return w0.rref_debug_info().at("num_pending_children") == 1; }, milliseconds(10000)));
+      // worker0's fork only: a borrowed fork is never counted.
+      CHECK(eventually([&] { return w2.rref_debug_info().at("num_forks") == 1; }, milliseconds(10000)));
+      CHECK(w2.rref_debug_info().at("num_pending_futures") == 1);
     } else if (point == "backward in flight") {
       ctx.emplace(w0);
       auto x = at::ones({2}).set_requires_grad(true);
