@@ -14,6 +14,8 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <exception>
 #include <future>
 #include <map>
 #include <optional>
@@ -180,6 +182,26 @@ void kill_worker1_at(const std::string& point) {
   auto w0 = init_rpc(o0);
   auto w2 = starting2.get();
   w0.on_worker_failure([](const WorkerFailure&) {});  // the survivors carry on (Note [Shutdown with survivors])
+  // A failed REQUIRE unwinds past three live workers: the survivors'
+  // destructors would shut down gracefully one after the other, the first
+  // waiting for the second, which has not begun (a hang until ctest's
+  // timeout). On a failure, worker1 is killed and both stop at once.
+  struct EndOnFailure {
+    test::ChildWorker& child;
+    Worker& w0;
+    Worker& w2;
+    ~EndOnFailure() {
+      if (std::uncaught_exceptions() == 0) return;
+      child.kill();
+      for (auto* w : {&w0, &w2}) {
+        try {
+          w->shutdown(false);
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "test_deaths: shutdown(false) of %s after a failure: %s\n", w->name().c_str(), e.what());
+        }
+      }
+    }
+  } end_on_failure{child, w0, w2};
   std::vector<Future<int64_t>> int_calls;
   std::vector<Future<bool>> bool_calls;
   std::vector<Future<at::Tensor>> tensor_calls;
