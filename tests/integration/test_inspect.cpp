@@ -89,6 +89,10 @@ TEST_CASE("castor inspect and the metrics port agree with rref_debug_info and au
   auto kept = w0.make_rref(at::ones({2, 3}));
   auto held = world[1].remote<at::Tensor>("worker0", "aten::zeros", std::vector<int64_t>{4, 4});
   REQUIRE(held.to_here().sum().item<double>() == 0);
+  // The value may be answered before worker0's context has counted it and
+  // worker1's fork (V2 of Note [Values on arrival]); the owner's
+  // confirmation leaves after that count.
+  REQUIRE(eventually([&] { return held.confirmed_by_owner(); }, std::chrono::milliseconds(10000)));
   autograd::Context ctx(w0);  // one context alive on worker0 while we look
 
   auto rrefs = w0.rref_debug_info();
