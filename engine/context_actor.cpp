@@ -42,7 +42,7 @@ namespace castor::detail {
 // dead worker, and is not the creator, asks the creator to count it among
 // its peers (join); the creator's cleanup then reaches it directly. A
 // creator that has released the context already answers the join with a
-// cleanup at once (AutogradRuntime::handle_control).
+// cleanup at once (AutogradRuntime::handle_join).
 //  J1 A join and the creator's release are ordered under the runtime's
 //     lock, so a join is never lost between them: the runtime puts a join
 //     for a live context into its inbox (no message to the actor, which
