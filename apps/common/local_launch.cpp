@@ -46,6 +46,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <optional>
 
 namespace castor::apps {
@@ -87,23 +88,65 @@ void flush_lines(Child& c, bool all) {
   std::fflush(stdout);
 }
 
+// The environment a child starts with: ours, with `overrides` set.
+std::vector<std::string> child_environment(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    if (!overrides.count(kv.substr(0, kv.find('=')))) out.push_back(std::move(kv));
+  }
+  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
+  return out;
+}
+
+std::vector<char*> pointers_to(const std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
+  out.push_back(nullptr);
+  return out;
+}
+
+// A forked child of a threaded launcher may make only async-signal-safe
+// calls until it execs (another thread may hold malloc's lock at the
+// fork), and until then it runs the launcher's signal handlers: a SIGTERM
+// sent to a child that had not exec'd yet ran ours (in test_restarts,
+// doctest's crash report, printed by a copy of the test under load). So
+// the child's argv and environment are built before the fork, every signal
+// is blocked across it, and the child puts each handled signal back to its
+// default before it unblocks them and execs.
 pid_t spawn(const ProcessSpec& spec, int out_fd) {
   // Note [Fork server]: castor's own workers (castor worker, an app's rank)
   // fork from a loaded castor instead of loading libtorch each.
   if (!spec.argv.empty() && spec.argv[0] == self_executable())
     if (auto* server = config::fork_server_for(spec.argv[0]))
       if (pid_t pid = server->spawn(spec.argv, spec.env, out_fd); pid > 0) return pid;
+  const auto env = child_environment(spec.env);
+  auto envp = pointers_to(env);
+  auto argv = pointers_to(spec.argv);
+  const std::string failed = "cannot start " + (spec.argv.empty() ? std::string() : spec.argv[0]) + ": ";
+  sigset_t all, before;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &before);
   pid_t pid = ::fork();
-  if (pid != 0) return pid;
+  if (pid != 0) {
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    return pid;
+  }
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction action {};
+    if (::sigaction(sig, nullptr, &action) != 0 || action.sa_handler == SIG_DFL || action.sa_handler == SIG_IGN) continue;
+    action.sa_handler = SIG_DFL;
+    action.sa_flags = 0;
+    ::sigaction(sig, &action, nullptr);
+  }
+  ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::dup2(out_fd, 1);
   ::dup2(out_fd, 2);
   ::close(out_fd);
-  for (const auto& [k, v] : spec.env) ::setenv(k.c_str(), v.c_str(), 1);
-  std::vector<char*> argv;
-  for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  ::execv(argv[0], argv.data());
-  std::fprintf(stderr, "cannot start %s: %s\n", argv[0], std::strerror(errno));
+  ::execve(argv[0], argv.data(), envp.data());
+  const char* why = ::strerrordesc_np(errno);
+  auto say = [](const char* text, size_t n) { return ::write(2, text, n) >= 0; };
+  (void)(say(failed.data(), failed.size()) && say(why, std::strlen(why)) && say("\n", 1));
   ::_exit(127);
 }
 

@@ -652,6 +652,61 @@ TEST_CASE("the launcher reaps the orphans of its workers' own children, as the f
   fs::remove_all(dir);
 }
 
+namespace {
+// What `run` printed to our stdout (the launcher prefixes its children's lines there).
+std::string stdout_of(const std::function<void()>& run) {
+  std::fflush(stdout);
+  auto path = fs::temp_directory_path() / ("castor-stdout-" + std::to_string(::getpid()));
+  int file = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  REQUIRE(file >= 0);
+  int saved = ::dup(1);
+  ::dup2(file, 1);
+  ::close(file);
+  run();
+  std::fflush(stdout);
+  ::dup2(saved, 1);
+  ::close(saved);
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(path);
+  return text.str();
+}
+}  // namespace
+
+TEST_CASE("the launcher starts a child with its environment set and none of our signals blocked or handled, and names a program it cannot start") {
+  // The child's argv and environment are built before the fork; the child
+  // runs none of the launcher's signal handlers (local_launch.cpp, spawn).
+  ::setenv("CASTOR_SPAWN_KEPT", "kept", 1);
+  ::setenv("CASTOR_SPAWN_SET", "old", 1);
+  struct sigaction ours {}, before {};
+  ours.sa_handler = [](int) {};
+  REQUIRE(::sigaction(SIGUSR2, &ours, &before) == 0);
+  std::vector<castor::apps::ProcessSpec> specs(1);
+  specs[0].name = "child";
+  specs[0].argv = {"/bin/sh", "-c", "echo \"$CASTOR_SPAWN_KEPT $CASTOR_SPAWN_SET $CASTOR_SPAWN_NEW\"; kill -USR2 $$; echo alive"};
+  specs[0].env = {{"CASTOR_SPAWN_SET", "new"}, {"CASTOR_SPAWN_NEW", "added"}};
+  castor::apps::LaunchResult killed;
+  auto out = stdout_of([&] { killed = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+  ::sigaction(SIGUSR2, &before, nullptr);
+  ::unsetenv("CASTOR_SPAWN_KEPT");
+  ::unsetenv("CASTOR_SPAWN_SET");
+  INFO(out);
+  CHECK(contains(out, "[child] kept new added"));
+  CHECK_FALSE(contains(out, "alive"));  // SIGUSR2's default ended it
+  REQUIRE(killed.died.size() == 1);
+  CHECK(killed.died[0].signal == SIGUSR2);
+
+  specs[0].name = "missing";
+  specs[0].argv = {"/nonexistent/castor-no-such-program", "--flag"};
+  castor::apps::LaunchResult missing;
+  out = stdout_of([&] { missing = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+  INFO(out);
+  CHECK(missing.exit_code == 127);
+  CHECK(missing.failed == "missing");
+  CHECK(contains(out, "[missing] cannot start /nonexistent/castor-no-such-program: No such file or directory"));
+}
+
 TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
   using Getter = int (*)();
   auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
