@@ -1,6 +1,8 @@
 // The fork server: one loaded copy of a program forks the others.
 #include "config/fork_server.hpp"
 
+#include "config/exec_environment.hpp"
+
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -173,26 +175,6 @@ struct Request {
 };
 
 // --- the requester's side
-
-// This process's environment now with `extra` over it, as "NAME=value"
-// sorted by name (of a name twice, the first: what getenv() finds).
-std::vector<std::string> environment_with(const std::map<std::string, std::string>& extra) {
-  std::map<std::string, std::string> merged;
-  for (char** e = environ; *e; ++e)
-    if (const char* eq = std::strchr(*e, '=')) merged.emplace(std::string(*e, size_t(eq - *e)), std::string(eq + 1));
-  for (const auto& [k, v] : extra) merged[k] = v;
-  std::vector<std::string> out;
-  for (const auto& [k, v] : merged) out.push_back(k + "=" + v);
-  return out;
-}
-
-// NULL-terminated pointers into `strings`, as exec and posix_spawn take them.
-std::vector<char*> c_strings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (auto& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
 
 // The umask, read without changing it (umask() would, for every thread).
 uint32_t current_umask() {

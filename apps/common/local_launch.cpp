@@ -31,6 +31,7 @@
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
+#include "config/exec_environment.hpp"
 #include "config/fork_server.hpp"
 
 #include <arpa/inet.h>
@@ -88,24 +89,6 @@ void flush_lines(Child& c, bool all) {
   std::fflush(stdout);
 }
 
-// The environment a child starts with: ours, with `overrides` set.
-std::vector<std::string> child_environment(const std::map<std::string, std::string>& overrides) {
-  std::vector<std::string> out;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    if (!overrides.count(kv.substr(0, kv.find('=')))) out.push_back(std::move(kv));
-  }
-  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
-  return out;
-}
-
-std::vector<char*> pointers_to(const std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (const auto& s : strings) out.push_back(const_cast<char*>(s.c_str()));
-  out.push_back(nullptr);
-  return out;
-}
-
 // A forked child of a threaded launcher may make only async-signal-safe
 // calls until it execs (another thread may hold malloc's lock at the
 // fork), and until then it runs the launcher's signal handlers: a SIGTERM
@@ -120,9 +103,10 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   if (!spec.argv.empty() && spec.argv[0] == self_executable())
     if (auto* server = config::fork_server_for(spec.argv[0]))
       if (pid_t pid = server->spawn(spec.argv, spec.env, out_fd); pid > 0) return pid;
-  const auto env = child_environment(spec.env);
-  auto envp = pointers_to(env);
-  auto argv = pointers_to(spec.argv);
+  auto env = config::environment_with(spec.env);
+  auto args = spec.argv;
+  auto envp = config::c_strings(env);
+  auto argv = config::c_strings(args);
   const std::string failed = "cannot start " + (spec.argv.empty() ? std::string() : spec.argv[0]) + ": ";
   sigset_t all, before;
   ::sigfillset(&all);
@@ -145,6 +129,7 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   ::close(out_fd);
   ::execve(argv[0], argv.data(), envp.data());
   const char* why = ::strerrordesc_np(errno);
+  if (!why) why = "unknown error";
   auto say = [](const char* text, size_t n) { return ::write(2, text, n) >= 0; };
   (void)(say(failed.data(), failed.size()) && say(why, std::strlen(why)) && say("\n", 1));
   ::_exit(127);
