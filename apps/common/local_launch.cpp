@@ -47,7 +47,6 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <optional>
 
 namespace castor::apps {

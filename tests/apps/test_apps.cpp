@@ -653,19 +653,27 @@ TEST_CASE("the launcher reaps the orphans of its workers' own children, as the f
 }
 
 namespace {
-// What `run` printed to our stdout (the launcher prefixes its children's lines there).
+// What `run` printed to our stdout (the launcher prefixes its children's lines
+// there). Our stdout comes back even when `run` throws.
 std::string stdout_of(const std::function<void()>& run) {
   std::fflush(stdout);
   auto path = fs::temp_directory_path() / ("castor-stdout-" + std::to_string(::getpid()));
   int file = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
   REQUIRE(file >= 0);
-  int saved = ::dup(1);
-  ::dup2(file, 1);
-  ::close(file);
-  run();
-  std::fflush(stdout);
-  ::dup2(saved, 1);
-  ::close(saved);
+  struct Restore {
+    int saved = ::dup(1);
+    ~Restore() {
+      std::fflush(stdout);
+      ::dup2(saved, 1);
+      ::close(saved);
+    }
+  };
+  {
+    Restore restore;
+    ::dup2(file, 1);
+    ::close(file);
+    run();
+  }
   std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
