@@ -419,13 +419,21 @@ TEST_CASE("the restart loop on a host without rank 0: a worker's note that rank 
 
 namespace {
 
+// Whether the output from `from` on reports the end of epoch 1 or 2 of
+// kJob's 3: the job is still training, with an epoch to go.
+bool ended_an_epoch_before_the_last(const std::string& out, size_t from) {
+  return out.find("epoch 1/3 [", from) != std::string::npos || out.find("epoch 2/3 [", from) != std::string::npos;
+}
+
 // Chaos: for each seed, 1 or 2 SIGKILLs of random ranks, each at a random
 // time of a start of the job (from 5% to 85% of an undisturbed run's
-// time); every run must finish well with the undisturbed accuracy (within
-// 0.5 points), and no process may die of any other signal.
+// time), and at the latest once that start has ended an epoch before the
+// last: the undisturbed run's time is taken once, and a start that runs
+// faster than it would otherwise end before a late kill, which then finds
+// nothing to restart. Every run must finish well with the undisturbed
+// accuracy (within 0.5 points), and no process may die of any other signal.
 void chaos(unsigned first_seed, unsigned seeds) {
   auto reference = reference_accuracy();
-  size_t restarts = 0;
   std::string summary;
   for (unsigned seed = first_seed; seed < first_seed + seeds; ++seed) {
     std::mt19937 rng(seed);
@@ -440,6 +448,7 @@ void chaos(unsigned first_seed, unsigned seeds) {
     int done = 0;
     size_t starts_seen = 0;  // starts of the job (R3) and of single workers (R2)
     Clock::time_point started{};
+    size_t start_at = 0;  // where the latest start's output begins
     auto dir = fresh_dir("chaos-" + std::to_string(seed));
     // A worker killed before the world finished joining comes back once
     // and then restarts the job (R6): one kill, one start.
@@ -453,10 +462,12 @@ void chaos(unsigned first_seed, unsigned seeds) {
                           if (starts != starts_seen) {
                             starts_seen = starts;
                             started = Clock::now();
+                            start_at = out.size();
                           }
-                          if (done < planned && starts_seen == size_t(done) + 1 &&
-                              Clock::now() - started >= delays[size_t(done)] && kill_rank(out, victims[size_t(done)]))
-                            ++done;
+                          if (done == planned || starts_seen != size_t(done) + 1) return;
+                          bool due = Clock::now() - started >= delays[size_t(done)] ||
+                                     ended_an_epoch_before_the_last(out, start_at);
+                          if (due && kill_rank(out, victims[size_t(done)])) ++done;
                         });
     INFO("seed " << seed << ": killed " << done << " of " << planned << " planned; output:\n" << r.output);
     CHECK(r.code == 0);
@@ -465,13 +476,12 @@ void chaos(unsigned first_seed, unsigned seeds) {
     summary += "seed " + std::to_string(seed) + ": " + std::to_string(done) + " SIGKILL(s), " +
                std::to_string(restarted) + " job restart(s), " + std::to_string(rejoined) + " rejoin(s), accuracy " +
                std::to_string(accuracy_of(r.output)) + "%\n";
-    restarts += restarted + rejoined;
     CHECK(restarted + rejoined <= size_t(done));
+    CHECK(restarted + rejoined >= 1);  // the first kill found the job training, by epoch 2 at the latest
     CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
     check_only_sigkills(r.output);
   }
   MESSAGE("undisturbed accuracy " << reference << "%\n" << summary);
-  CHECK(restarts >= seeds / 2);  // the kills landed while it trained, not only after
 }
 
 }  // namespace
