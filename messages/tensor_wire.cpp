@@ -100,6 +100,14 @@ caf::error write_external(caf::serializer& f, const ExternalTensor& x) {
   return f(transfer);
 }
 
+std::optional<std::string> invalid_bool_bytes(const at::Tensor& t) {
+  if (t.scalar_type() != c10::ScalarType::Bool) return std::nullopt;
+  auto* p = static_cast<const uint8_t*>(t.data_ptr());
+  for (size_t i = 0, n = size_t(t.numel()); i < n; ++i)
+    if (p[i] > 1) return "a bool tensor element of " + std::to_string(p[i]);
+  return std::nullopt;
+}
+
 caf::error read_tensor(caf::deserializer& f, Value& out) {
   int8_t code = 0;
   uint8_t flags = 0;
@@ -139,12 +147,7 @@ caf::error read_tensor(caf::deserializer& f, Value& out) {
   auto t = at::empty(sizes, at::TensorOptions().dtype(*dtype));
   if (n > 0)
     if (auto err = f.apply_raw(n, t.data_ptr())) return err;
-  if (*dtype == c10::ScalarType::Bool) {
-    // A bool byte other than 0 or 1 is undefined behaviour in libtorch.
-    auto* p = static_cast<const uint8_t*>(t.data_ptr());
-    for (size_t i = 0; i < n; ++i)
-      if (p[i] > 1) return refuse("a bool tensor element of " + std::to_string(p[i]));
-  }
+  if (auto bad = invalid_bool_bytes(t)) return refuse(*bad);
   if (auto err = f.end_sequence()) return err;
   if (requires_grad) t.set_requires_grad(true);
   out = Value(std::move(t));

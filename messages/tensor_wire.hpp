@@ -41,6 +41,10 @@ caf::error write_tensor(caf::serializer& f, const at::Tensor& t);
 /// Encodes a reference to a tensor whose bytes travel separately.
 caf::error write_external(caf::serializer& f, const ExternalTensor& x);
 
+/// Why a contiguous bool tensor's bytes are not all 0 or 1 (any other byte
+/// is undefined behaviour in libtorch), or nothing; other dtypes pass.
+std::optional<std::string> invalid_bool_bytes(const at::Tensor& t);
+
 /// Decodes into `out`, which is a Tensor or, when the bytes travel separately,
 /// an ExternalTensor. Truncated, oversized or inconsistent input is an error.
 caf::error read_tensor(caf::deserializer& f, Value& out);

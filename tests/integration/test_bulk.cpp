@@ -687,6 +687,29 @@ TEST_CASE("garbage on a bulk port closes that link, the worker keeps serving") {
   CHECK(at::equal(out, big));
 }
 
+// Note [Hostile input]: a bool byte other than 0 or 1 is undefined
+// behaviour in libtorch. A large tensor's bytes skip the message's decoder,
+// so the bulk path checks them itself, and the caller hears why from either
+// lane in the same words.
+TEST_CASE("a bool tensor whose bytes are not 0 or 1 is refused with why, whichever lane carried it, and the worker keeps serving") {
+  LocalWorld world(2);
+  for (int64_t n : {int64_t(16), int64_t(1) << 20}) {  // inside the message / on the bulk path
+    CAPTURE(n);
+    auto bytes = at::zeros({n}, at::kByte);
+    bytes[n - 1] = 2;
+    auto forged = bytes.view(at::kBool);
+    auto bulk_before = bulk_received(world[1]);
+    auto e = error_of([&] { world[0].rpc_sync<at::Tensor>("worker1", "identity", forged); });
+    CHECK(contains(e, "could not decode a call request from worker worker0"));
+    CHECK(contains(e, "a bool tensor element of 2"));
+    CHECK(bulk_received(world[1]) == bulk_before + (n > 16 ? 1 : 0));
+    auto fine = at::rand({n}) > 0.5;
+    CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "identity", fine), fine));
+  }
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
 TEST_CASE("a call or gradient on a bulk link must name the link's own rank as its sender: a forged one, or an unknown frame type, closes the link (B8, B10)") {
   namespace bulk = castor::detail::bulk;
   LocalWorld world(2);

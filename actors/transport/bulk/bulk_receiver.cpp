@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <unordered_map>
@@ -70,6 +71,11 @@ const std::string& malformed_of(const RRefControlAck&) {
   static const std::string none;
   return none;
 }
+template <class Message>
+void mark_malformed(Message& m, std::string why) {
+  m.malformed = std::move(why);
+}
+void mark_malformed(RRefControlAck&, std::string) {}  // carries no tensor
 
 // B9: what one read takes from a socket into a link's buffer at most.
 constexpr size_t kReadAhead = 64 * 1024;
@@ -589,11 +595,17 @@ bool Receiver::read_tensors(Incoming& in) {
 // well-formed call or reply is delivered from here, without waking the
 // actor (malformed ones go to the actor, which reports them).
 bool Receiver::deliver(Incoming& in) {
+  std::optional<std::string> bad_bytes;
   for (size_t i = 0; i < in.received.size(); ++i) {
+    // As on the CAF path (tensor_wire.cpp): the message is marked, and its
+    // actor answers the caller with why.
+    if (!bad_bytes) bad_bytes = wire::invalid_bool_bytes(in.received[i]);
     auto ext = in.slots[i]->to_external();
     if (ext.requires_grad) in.received[i].set_requires_grad(true);
     *in.slots[i] = Value(std::move(in.received[i]));
   }
+  if (bad_bytes)
+    std::visit([&](auto& m) { if (malformed_of(m).empty()) mark_malformed(m, *bad_bytes); }, in.message);
   (in.received.empty() ? rt_.stats.lane_received : rt_.stats.bulk_received).fetch_add(1, std::memory_order_relaxed);
   for (auto n : in.lengths) rt_.stats.bulk_bytes_received.fetch_add(n, std::memory_order_relaxed);
   const int32_t from = in.from;

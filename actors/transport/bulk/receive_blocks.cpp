@@ -14,6 +14,9 @@ ReceiveBlocks& ReceiveBlocks::instance() {
 }
 
 at::Tensor ReceiveBlocks::empty(const std::vector<int64_t>& sizes, at::ScalarType dtype, size_t bytes) {
+  // No block for no bytes: a cached block of size 0 would count nothing
+  // against kMaxCached, so a frame of many empty tensors could pin memory.
+  if (bytes == 0) return at::empty(sizes, at::TensorOptions().dtype(dtype));
   auto rounded = (bytes + 4095) / 4096 * 4096;
   void* p = take(rounded);
   if (!p) p = allocate(rounded);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <system_error>
 #include <thread>
 
 namespace castor::detail::bulk {
@@ -33,9 +34,19 @@ bool copy_from_process(int pid, uint64_t address, void* into, uint64_t n) {
   if (n < kSplitFrom || std::thread::hardware_concurrency() < 2) return copy_span(pid, address, into, n);
   uint64_t half = (n / 2) & ~uint64_t(4095);
   bool second_ok = false;
-  std::thread second([&] { second_ok = copy_span(pid, address + half, static_cast<char*>(into) + half, n - half); });
+  int second_errno = 0;
+  std::thread second;
+  try {
+    second = std::thread([&] {
+      second_ok = copy_span(pid, address + half, static_cast<char*>(into) + half, n - half);
+      second_errno = errno;
+    });
+  } catch (const std::system_error&) {
+    return copy_span(pid, address, into, n);  // a host out of threads: one copy, on this thread
+  }
   bool first_ok = copy_span(pid, address, into, half);
   second.join();
+  if (first_ok && !second_ok) errno = second_errno;  // the caller names why from errno
   return first_ok && second_ok;
 }
 
