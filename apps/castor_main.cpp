@@ -21,6 +21,7 @@
 #include "apps/launch.hpp"
 #include "actors/transport/cluster_secret.hpp"
 #include "config/fork_server.hpp"
+#include "config/init_from_env.hpp"
 
 namespace {
 
@@ -93,6 +94,9 @@ bool apply_run_flags(const std::vector<std::string>& args, RunRequest& req) {
   auto flags = parse_flags(run_flags(), args);
   if (auto n = flags.find<int>("workers")) {
     if (*n < 1) throw std::invalid_argument("-n (--workers) must be at least 1, got " + std::to_string(*n));
+    if (*n > castor::detail::kMaxWorld)
+      throw std::invalid_argument("-n (--workers) may be at most " + std::to_string(castor::detail::kMaxWorld) +
+                                  " (a world's most workers), got " + std::to_string(*n));
     req.workers = *n;
   }
   if (flags.given("max-restarts")) req.max_restarts = max_restarts_from(flags);

@@ -69,8 +69,6 @@ int64_t integer_or(const Lookup& lookup, const char* name, int64_t lo, int64_t h
   return get(lookup, name) ? integer(lookup, name, lo, hi) : fallback;
 }
 
-constexpr int64_t kMaxWorld = 32767;
-
 uint16_t port_or_job(const Lookup& lookup, const char* job_variable, const std::string& source) {
   if (get(lookup, "MASTER_PORT")) return uint16_t(integer(lookup, "MASTER_PORT", 1, 65535));
   const char* job = get(lookup, job_variable);

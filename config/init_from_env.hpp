@@ -34,6 +34,10 @@ Worker init_rpc_from_env(WorkerOptions base = {});
 
 namespace detail {
 
+/// The most workers a launcher may describe (WORLD_SIZE's bound), so that
+/// a launcher refuses a larger job before it starts any process of it.
+inline constexpr int kMaxWorld = 32767;
+
 /// The launch variables as `lookup` (getenv, or a test's map) gives them;
 /// without `need_master`, rank and world size only (the caller has a master).
 LaunchEnv read_launch_env(const std::function<const char*(const char*)>& lookup, bool need_master = true);

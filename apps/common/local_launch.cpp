@@ -28,6 +28,15 @@
 //      the launcher did not send while the job runs (rank 0 has not ended)
 //      may be started again in its place, alone (the caller's Respawn:
 //      Note [Restart policy], R2); the others carry on.
+//  L7. A worker that cannot be started (no descriptor for its pipe, no
+//      process) fails the job at once, naming it and the cause; the others
+//      are stopped as in L2 and the job's code is 127, as a shell's.
+//  L8. The launcher told to stop (SIGINT, SIGTERM, SIGHUP; SIGPIPE when
+//      what reads its output went away) stops the job: SIGTERM to every
+//      worker, SIGKILL after `grace` or at a second such signal. Every
+//      death from then on is the launcher's doing: nothing is started
+//      again, and the job's code is 128 + the signal. Without this a
+//      killed launcher left its workers running.
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
@@ -44,8 +53,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 
@@ -61,6 +71,7 @@ struct Child {
   bool exited = false;
   bool leader = false;
   int code = 0;
+  std::string cannot_start;  // why it did not start (L7); pid is then -1
 };
 
 // Prints the child's complete lines with its name in front. A segment ended
@@ -134,6 +145,41 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   ::_exit(127);
 }
 
+// L8: what the handlers saw. One run at a time per process.
+volatile std::sig_atomic_t stop_signal = 0;
+volatile std::sig_atomic_t stop_signals_seen = 0;
+
+extern "C" void note_stop_signal(int sig) {
+  if (sig == SIGPIPE && stop_signals_seen > 0) return;  // our own writes after the reader left: not a second stop
+  stop_signal = sig;
+  stop_signals_seen = stop_signals_seen + 1;
+}
+
+// L8's handlers for the length of one run, the caller's put back after it
+// (a test runner's crash handlers, or the defaults). spawn() gives each
+// child the defaults back before it execs.
+class StopSignals {
+ public:
+  StopSignals() {
+    stop_signal = 0;
+    stop_signals_seen = 0;
+    struct sigaction action {};
+    action.sa_handler = note_stop_signal;
+    ::sigemptyset(&action.sa_mask);
+    for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &action, &before_[i]);
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &before_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr size_t kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
+  struct sigaction before_[kCount] {};
+};
+
 // Note [Fork server], FS2: a launcher that started a fork server is a child
 // subreaper, so the orphans of its workers' own children (a helper process
 // of a worker that died) come to it; they are reaped here and never stay
@@ -177,25 +223,42 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
                            bool stop_on_death, const Respawn& respawn) {
   std::vector<Child> children;
   children.reserve(specs.size());  // L6 replaces a child in place: pointers into it stay valid
+  StopSignals stop_signals;  // L8
   auto start = [](const ProcessSpec& spec) {
     Child c;
     c.name = spec.name;
     c.leader = spec.leader;
     int p[2];
-    if (::pipe2(p, O_CLOEXEC) != 0) return c;  // no other child holds this one's pipe open
+    if (::pipe2(p, O_CLOEXEC) != 0) {  // no other child holds this one's pipe open
+      c.cannot_start = std::string("no pipe for its output: ") + std::strerror(errno);
+      return c;
+    }
     c.pid = spawn(spec, p[1]);
+    int why = errno;
     ::close(p[1]);
-    if (c.pid > 0)
+    if (c.pid > 0) {
       c.fd = p[0];
-    else
+    } else {
       ::close(p[0]);
+      c.cannot_start = std::string("no process: ") + std::strerror(why);
+    }
     return c;
   };
+  LaunchResult result;
+  std::string cannot_start;  // L7: the first worker that did not start
   for (const auto& spec : specs) {
     auto c = start(spec);
-    if (c.pid > 0) children.push_back(std::move(c));
+    if (c.pid > 0) {
+      children.push_back(std::move(c));
+      continue;
+    }
+    std::printf("[launch] cannot start %s (%s); stopping the others\n", c.name.c_str(), c.cannot_start.c_str());
+    std::fflush(stdout);
+    result.exit_code = 127;
+    result.failed = c.name;
+    cannot_start = c.name;
+    break;  // the job cannot run: start no more
   }
-  LaunchResult result;
   bool has_leader = false;
   for (const auto& spec : specs) has_leader = has_leader || spec.leader;
   using Clock = std::chrono::steady_clock;
@@ -212,11 +275,33 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
     next_step = Clock::now() + grace;
   };
   size_t alive = children.size();
+  if (!cannot_start.empty()) terminate_others();  // L7
+  bool stopping = false;  // L8: told to stop; every death since is ours
+  std::sig_atomic_t stops_handled = 0;
   while (alive > 0) {
     std::vector<pollfd> fds;
     for (auto& c : children)
       if (c.fd >= 0) fds.push_back(pollfd{c.fd, POLLIN, 0});
     ::poll(fds.data(), fds.size(), 100);
+    if (stop_signals_seen != stops_handled) {  // L8, before this round's exits: they are ours
+      stops_handled = stop_signals_seen;
+      int sig = stop_signal;
+      if (!stopping) {
+        stopping = true;
+        result.exit_code = 128 + sig;
+        result.failed.clear();
+        result.stopped_by = sig;
+        const char* abbrev = ::sigabbrev_np(sig);
+        std::string name = abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+        std::fprintf(stderr, "[launch] got %s: stopping the job's workers (SIGTERM, then SIGKILL after %lld ms)\n",
+                     name.c_str(), (long long)grace.count());
+        terminate_others();
+      } else if (ending != Ending::killing) {
+        std::fprintf(stderr, "[launch] got another stop signal: killing the job's workers now\n");
+        signal_others(SIGKILL);
+        ending = Ending::killing;
+      }
+    }
     for (auto& c : children) {
       if (c.fd < 0) continue;
       char buf[4096];
@@ -255,7 +340,8 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
       bool signaled = WIFSIGNALED(status);
       c.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
       auto died = c.name + " (killed by signal " + std::to_string(signaled ? WTERMSIG(status) : 0) + ")";
-      bool ours = ending_before == Ending::killing || (ending_before == Ending::terminating && WTERMSIG(status) == SIGTERM);
+      bool ours = stopping || ending_before == Ending::killing ||
+                  (ending_before == Ending::terminating && WTERMSIG(status) == SIGTERM);
       if (signaled && !ours && !c.leader && ending == Ending::none && respawn) {  // L6
         if (auto spec = respawn(Death{c.name, WTERMSIG(status)})) {
           result.restarted.push_back(Death{c.name, WTERMSIG(status)});
@@ -273,7 +359,7 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
             ++alive;
             continue;
           }
-          std::printf("[launch] cannot start %s again\n", c.name.c_str());
+          std::printf("[launch] cannot start %s again (%s)\n", c.name.c_str(), again.cannot_start.c_str());
         }
       }
       if (signaled && !ours) result.died.push_back(Death{c.name, WTERMSIG(status)});

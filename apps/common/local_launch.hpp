@@ -29,6 +29,7 @@ struct LaunchResult {
   std::vector<std::string> lost;  // "worker2 (killed by signal 9)": died while the job went on
   std::vector<Death> died;        // every worker killed by a signal the launcher did not send, in the order seen
   std::vector<Death> restarted;   // deaths answered by starting the worker again (L6), in order
+  int stopped_by = 0;             // the signal that told the launcher to stop the job (L8), or 0
 };
 
 /// L6 of Note [Launch policy]: asked when a worker other than rank 0 dies of

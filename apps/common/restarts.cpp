@@ -152,6 +152,7 @@ LaunchResult run_with_restarts(const std::function<std::vector<ProcessSpec>(int 
     auto result = run_processes(specs, std::chrono::seconds(5), max_restarts > 0,
                                 max_restarts > 0 ? respawn : Respawn{});
     report_lost(result, command);
+    if (result.stopped_by) return result;  // L8: the launcher was told to stop; nothing starts again
     if (max_restarts > 0 && result.exit_code == kExitRestartJob && lives.count(result.failed)) {  // R6
       std::printf("[launch] %s could not rejoin: its world never finished joining; the job starts again whole\n",
                   result.failed.c_str());

@@ -7,10 +7,13 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -18,8 +21,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -28,9 +33,11 @@
 #include "apps/common/blas_threads.hpp"
 #include "apps/common/fashion_mnist.hpp"
 #include "apps/common/local_launch.hpp"
+#include "apps/common/restarts.hpp"
 #include "apps/common/training_log.hpp"
 #include "apps/parameter_server/parameter_server.hpp"
 #include "apps/cli_runs.hpp"
+#include "support/descriptors.hpp"
 #include "support/errors.hpp"
 
 using castor::test::contains;
@@ -356,6 +363,8 @@ TEST_CASE("castor run refuses bad input before starting workers, naming the caus
       {{"run", "parameter-server", "--bogus", "1"}, "castor run parameter-server: unknown flag --bogus (see --help)"},
       {{"run", "parameter-server", "--workers", "0"},
        "castor run parameter-server: -n (--workers) must be at least 1, got 0"},
+      {{"run", "-n", "40000", "/bin/true"},
+       "castor run: -n (--workers) may be at most 32767 (a world's most workers), got 40000"},
       // Note [Flags]: each flag once (F2), no abbreviations (F3), values of their type (F2).
       {{"run", "parameter-server", "--epochs", "1", "--epochs", "2"},
        "option '--epochs' cannot be specified more than once"},
@@ -713,6 +722,86 @@ TEST_CASE("the launcher starts a child with its environment set and none of our 
   CHECK(missing.exit_code == 127);
   CHECK(missing.failed == "missing");
   CHECK(contains(out, "[missing] cannot start /nonexistent/castor-no-such-program: No such file or directory"));
+}
+
+namespace {
+castor::apps::ProcessSpec sh_spec(const std::string& name, const std::string& script, bool leader = false) {
+  castor::apps::ProcessSpec spec;
+  spec.name = name;
+  spec.argv = {"/bin/sh", "-c", script};
+  spec.leader = leader;
+  return spec;
+}
+
+}  // namespace
+
+TEST_CASE("the launcher fails the job at once when a worker cannot be started, naming it and why, and stops the ones it started (L7)") {
+  std::vector<castor::apps::ProcessSpec> specs{sh_spec("first", "exec sleep 20", true), sh_spec("second", "exit 0")};
+  castor::apps::LaunchResult result;
+  auto began = std::chrono::steady_clock::now();
+  auto out = stdout_of([&] {
+    // Room for the first worker's pipe, and one descriptor after it: the
+    // second's pipe cannot be made.
+    rlimit before{};
+    REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+    rlimit low = before;
+    low.rlim_cur = castor::test::descriptor_limit_leaving(2);
+    REQUIRE(low.rlim_cur > 0);
+    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    result = castor::apps::run_processes(specs, std::chrono::seconds(5));
+    ::setrlimit(RLIMIT_NOFILE, &before);
+  });
+  INFO(out);
+  CHECK(result.exit_code == 127);
+  CHECK(result.failed == "second");
+  CHECK(result.died.empty());  // the first was stopped by the launcher
+  CHECK(contains(out, "[launch] cannot start second (no pipe for its output: Too many open files); stopping the others"));
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(15));  // stopped, not waited for
+}
+
+TEST_CASE("a launcher told to stop (SIGTERM) stops its workers and starts none again, whatever its restart budget (L8)") {
+  struct sigaction runner_before {};
+  REQUIRE(::sigaction(SIGTERM, nullptr, &runner_before) == 0);
+  std::atomic<int> starts{0};
+  auto dir = fs::temp_directory_path() / ("castor-stop-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto up = (dir / "up").string();
+  std::thread stopper;
+  castor::apps::LaunchResult result;
+  auto began = std::chrono::steady_clock::now();
+  auto out = stdout_of([&] {
+    // The signal comes once both workers run (each adds a line to `up`).
+    stopper = std::thread([&] {
+      for (int i = 0; i < 400; ++i) {
+        std::ifstream in(up);
+        std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (std::count(text.begin(), text.end(), '\n') >= 2) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(25));
+      }
+      ::kill(::getpid(), SIGTERM);
+    });
+    result = castor::apps::run_with_restarts(
+        [&](int) {
+          ++starts;
+          return std::vector<castor::apps::ProcessSpec>{sh_spec("rank0", "echo up >> '" + up + "'; exec sleep 20", true),
+                                                        sh_spec("rank1", "echo up >> '" + up + "'; exec sleep 20")};
+        },
+        3, "test");
+  });
+  stopper.join();
+  INFO(out);
+  CHECK(result.stopped_by == SIGTERM);
+  CHECK(result.exit_code == 128 + SIGTERM);
+  CHECK(result.died.empty());
+  CHECK(result.restarted.empty());
+  CHECK(starts == 1);
+  CHECK_FALSE(contains(out, "starting it again"));
+  CHECK(std::chrono::steady_clock::now() - began < std::chrono::seconds(15));  // stopped, not waited for
+  struct sigaction runner_after {};
+  REQUIRE(::sigaction(SIGTERM, nullptr, &runner_after) == 0);
+  // The test runner's own handler is back.
+  CHECK(reinterpret_cast<void*>(runner_after.sa_handler) == reinterpret_cast<void*>(runner_before.sa_handler));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
