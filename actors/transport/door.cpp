@@ -8,11 +8,15 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <list>
 #include <stdexcept>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "actors/transport/refusal_log.hpp"
 #include "actors/transport/sockets.hpp"
@@ -51,6 +55,13 @@ namespace castor::detail {
 //  D6 With TLS, the door runs the TLS handshake after the greeting (T1 of
 //     Note [TLS]); the established session goes to CAF in castor's TLS
 //     scribe (tls_scribe.cpp), whose every OpenSSL call keeps T6.
+//  D7 Fair under a flood: each round of events first moves the greetings
+//     on, then accepts at most kAcceptsPerRound per listener, so a flood in
+//     the kernel's queue neither starves the greetings already accepted
+//     nor closes them (D3's oldest) before their hello is read. A listener
+//     that cannot accept for want of descriptors or memory rests for
+//     kAcceptRest (logged): its queue waits in the kernel, and the door's
+//     thread does not spin on an always-ready listener.
 
 const char* to_string(Refusal r) {
   switch (r) {
@@ -85,6 +96,10 @@ Refusal refusal_of(door::Verdict v) {
     default: return Refusal::not_castor;
   }
 }
+
+// D7.
+constexpr int kAcceptsPerRound = 64;
+constexpr std::chrono::milliseconds kAcceptRest{100};
 
 // Nonblocking send of a short message into an empty socket buffer: all or nothing.
 bool send_now(int fd, const uint8_t* data, size_t n) { return ::send(fd, data, n, MSG_NOSIGNAL) == ssize_t(n); }
@@ -124,6 +139,7 @@ struct Door::Loop {
   size_t live = 0;                // greetings not ended
   std::vector<std::list<Greeting>::iterator> ended;
   std::unordered_map<std::string, size_t> greeting_by_host;
+  std::vector<std::pair<Listener*, net::Deadline>> resting;  // D7: off epoll until then
 };
 
 namespace {
@@ -140,8 +156,12 @@ uint64_t tagged(T* p, Tag t) {
 Door::Door(DoorOptions opts) : opts_(std::move(opts)), loop_(std::make_unique<Loop>()) {
   loop_->epoll_fd = ::epoll_create1(EPOLL_CLOEXEC);
   loop_->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (loop_->epoll_fd < 0 || loop_->wake_fd < 0)
-    throw std::runtime_error(std::string("the door cannot start: ") + std::strerror(errno));
+  if (loop_->epoll_fd < 0 || loop_->wake_fd < 0) {
+    std::string why = std::strerror(errno);
+    for (int fd : {loop_->epoll_fd, loop_->wake_fd})
+      if (fd >= 0) ::close(fd);
+    throw std::runtime_error("the door cannot start: " + why);
+  }
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.u64 = 0;
@@ -245,12 +265,28 @@ void Door::run() {
     }
     tls_step(g);
   };
+  auto listen_to = [&](Listener& l) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.u64 = tagged(&l, Tag::listener);
+    ::epoll_ctl(L.epoll_fd, EPOLL_CTL_ADD, l.fd, &ev);
+  };
+  // D7: a listener that cannot accept now rests, and says why.
+  auto rest = [&](Listener& l, int error) {
+    ::epoll_ctl(L.epoll_fd, EPOLL_CTL_DEL, l.fd, nullptr);
+    L.resting.emplace_back(&l, net::Clock::now() + kAcceptRest);
+    log_refusal(opts_.worker, "", std::string(port_name(l.purpose)) + " accept",
+                "cannot accept a connection on its " + std::string(port_name(l.purpose)) + " " +
+                    std::to_string(l.port) + ": " + std::strerror(error) + "; it tries again in " +
+                    std::to_string(kAcceptRest.count()) + " ms, the connections waiting meanwhile");
+  };
   auto accept_from = [&](Listener& l) {
-    for (;;) {
+    for (int taken = 0; taken < kAcceptsPerRound; ++taken) {  // D7: the rest in the next round
       int fd = ::accept4(l.fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
-        return;  // EAGAIN, or out of descriptors: again on the next event
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) rest(l, errno);
+        return;  // EAGAIN: again on the next event
       }
       net::set_nodelay(fd);
       L.greetings.emplace_back();
@@ -297,18 +333,34 @@ void Door::run() {
   while (!stopped_.load()) {
     int timeout = -1;
     if (!L.greetings.empty()) timeout = std::max(1, net::ms_until(L.greetings.front().deadline));
-    int n = ::epoll_wait(L.epoll_fd, events.data(), int(events.size()), timeout);
-    for (int i = 0; i < n && !stopped_.load(); ++i) {
-      auto data = events[size_t(i)].data.u64;
-      if (data == 0) continue;  // woken to stop
-      auto tag = Tag(data & 3);
-      auto* ptr = reinterpret_cast<void*>(uintptr_t(data & ~uint64_t(3)));
-      if (tag == Tag::listener)
-        accept_from(*static_cast<Listener*>(ptr));
-      else
-        advance(*static_cast<Greeting*>(ptr));
+    for (const auto& r : L.resting) {
+      int until = std::max(1, net::ms_until(r.second));
+      timeout = timeout < 0 ? until : std::min(timeout, until);
     }
+    int n = ::epoll_wait(L.epoll_fd, events.data(), int(events.size()), timeout);
+    // D7: the greetings of this round first, then the listeners.
+    for (auto want : {Tag::greeting, Tag::listener})
+      for (int i = 0; i < n && !stopped_.load(); ++i) {
+        auto data = events[size_t(i)].data.u64;
+        if (data == 0) continue;  // woken to stop
+        auto tag = Tag(data & 3);
+        if (tag != want) continue;
+        auto* ptr = reinterpret_cast<void*>(uintptr_t(data & ~uint64_t(3)));
+        if (tag == Tag::listener)
+          accept_from(*static_cast<Listener*>(ptr));
+        else
+          advance(*static_cast<Greeting*>(ptr));
+      }
     erase_ended();
+    auto rested = net::Clock::now();
+    for (auto it = L.resting.begin(); it != L.resting.end();) {
+      if (it->second > rested) {
+        ++it;
+        continue;
+      }
+      listen_to(*it->first);
+      it = L.resting.erase(it);
+    }
     // D3: greetings past their deadline (the list is in deadline order).
     auto now = net::Clock::now();
     for (auto it = L.greetings.begin(); it != L.greetings.end() && it->deadline <= now; ++it) {

@@ -25,6 +25,13 @@ int ms_until(Deadline d) {
   return left <= 0 ? 0 : int(std::min<long long>(left, 1 << 30));
 }
 
+int poll_until(pollfd& p, Deadline deadline) {
+  for (;;) {
+    int ready = ::poll(&p, 1, ms_until(deadline));
+    if (ready >= 0 || errno != EINTR) return ready;
+  }
+}
+
 void set_nonblocking(int fd, bool on) {
   int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, on ? flags | O_NONBLOCK : flags & ~O_NONBLOCK);
@@ -52,7 +59,7 @@ int connect_tcp(const std::string& host, uint16_t port, Deadline deadline, std::
     int rc = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (rc != 0 && errno == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
-      int ready = ::poll(&p, 1, ms_until(deadline));
+      int ready = poll_until(p, deadline);
       int err = 0;
       socklen_t len = sizeof err;
       if (ready == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
@@ -106,7 +113,7 @@ bool send_exact(int fd, const void* data, size_t n, Deadline deadline, std::stri
     if (w < 0 && errno == EINTR) continue;
     if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd pf{fd, POLLOUT, 0};
-      if (::poll(&pf, 1, ms_until(deadline)) <= 0) {
+      if (poll_until(pf, deadline) <= 0) {
         why = "timed out writing";
         return false;
       }
@@ -129,7 +136,7 @@ bool recv_exact(int fd, void* data, size_t n, Deadline deadline, std::string& wh
     if (r < 0 && errno == EINTR) continue;
     if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       pollfd pf{fd, POLLIN, 0};
-      if (::poll(&pf, 1, ms_until(deadline)) <= 0) {
+      if (poll_until(pf, deadline) <= 0) {
         why = "timed out reading";
         return false;
       }

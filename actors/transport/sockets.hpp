@@ -8,6 +8,8 @@
 #include <functional>
 #include <string>
 
+struct pollfd;
+
 namespace castor::detail::net {
 
 using Clock = std::chrono::steady_clock;
@@ -15,6 +17,11 @@ using Deadline = Clock::time_point;
 
 /// Milliseconds until `d` (at least 0), for poll().
 int ms_until(Deadline d);
+
+/// poll() of one descriptor until `deadline`, resumed after a signal with
+/// the time left (a signal is not a timeout): 1 ready, 0 past the deadline,
+/// -1 an error (errno).
+int poll_until(pollfd& p, Deadline deadline);
 
 /// Told of each socket that a dial opens (its fd) and, just before the dial
 /// closes one, of its end (-1), so that another thread may shut it down to

@@ -170,7 +170,7 @@ bool tls_handshake(SSL* ssl, int fd, net::Deadline deadline, std::string& why) {
     if (step == TlsProgress::done) return true;
     if (step == TlsProgress::failed) return false;
     pollfd p{fd, short(step == TlsProgress::want_read ? POLLIN : POLLOUT), 0};
-    if (::poll(&p, 1, net::ms_until(deadline)) <= 0) {
+    if (net::poll_until(p, deadline) <= 0) {
       why = "timed out in the TLS handshake";
       return false;
     }

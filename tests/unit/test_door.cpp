@@ -3,14 +3,24 @@
 // refused and why, and that strangers cost nothing lasting.
 #include <doctest/doctest.h>
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -18,6 +28,7 @@
 #include "actors/transport/door.hpp"
 #include "actors/transport/greeting.hpp"
 #include "support/cluster.hpp"
+#include "support/descriptors.hpp"
 #include "support/door_probes.hpp"
 
 using namespace castor::detail;
@@ -191,6 +202,105 @@ TEST_CASE("door: one host cannot hold more greetings open than its share, others
   auto ok = dial_with("", d.port);
   CHECK(ok.ok());
   if (ok.ok()) ::close(ok.fd);
+}
+
+// The CPU time (user + system, in clock ticks) of the thread whose stat
+// file `stat_fd` is open on; -1 if it cannot be read.
+long thread_ticks(int stat_fd) {
+  char buf[1024];
+  auto n = ::pread(stat_fd, buf, sizeof buf - 1, 0);
+  if (n <= 0) return -1;
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // the name may hold spaces
+  if (!p) return -1;
+  long utime = 0, stime = 0;
+  // Fields 3..13 come before utime (14) and stime (15).
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %ld %ld", &utime, &stime) != 2) return -1;
+  return utime + stime;
+}
+
+// The stat file of this process's thread named `name`, open; -1 if none.
+int open_thread_stat(const std::string& name) {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string line;
+    std::getline(comm, line);
+    if (line == name) return ::open((task.path() / "stat").c_str(), O_RDONLY | O_CLOEXEC);
+  }
+  return -1;
+}
+
+TEST_CASE("door: out of descriptors, a listener rests instead of spinning, then accepts what waited (D7)") {
+  TestDoor d("");
+  int stat_fd = -1;  // the door's thread names itself once it runs
+  CHECK(castor::test::eventually([&] { return (stat_fd = open_thread_stat("castor-door")) >= 0; }, 3s));
+  REQUIRE(stat_fd >= 0);
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) {
+    int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    clients.push_back(fd);
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(d.port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  rlimit before{};
+  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
+  rlimit none = before;
+  none.rlim_cur = castor::test::descriptor_limit_leaving(0);
+  REQUIRE(none.rlim_cur > 0);
+  REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+  // The kernel completes the connections; the door cannot take them.
+  bool connected = true;
+  for (int fd : clients) connected = connected && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  auto ticks_before = thread_ticks(stat_fd);
+  std::this_thread::sleep_for(600ms);
+  auto ticks_after = thread_ticks(stat_fd);
+  ::setrlimit(RLIMIT_NOFILE, &before);
+  REQUIRE(connected);
+  REQUIRE(ticks_before >= 0);
+  CHECK(ticks_after - ticks_before < 15);  // resting: a spinning thread takes most of the 60 ticks of 600 ms
+  CHECK(d.count_admitted() == 0);
+  // Descriptors again: each waiting connection gets the door's hello.
+  for (int fd : clients) {
+    pollfd p{fd, POLLIN, 0};
+    CHECK(::poll(&p, 1, 3000) == 1);
+    char byte = 0;
+    CHECK(::recv(fd, &byte, 1, 0) == 1);
+    ::close(fd);
+  }
+  ::close(stat_fd);
+}
+
+TEST_CASE("a signal while a bounded read waits is not a timeout: the read goes on and gets its bytes") {
+  struct sigaction quiet {}, before {};
+  quiet.sa_handler = [](int) {};
+  quiet.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR
+  REQUIRE(::sigaction(SIGUSR1, &quiet, &before) == 0);
+  int pair[2];
+  REQUIRE(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) == 0);
+  net::set_nonblocking(pair[0], true);
+  std::atomic<bool> waiting{false};
+  bool read = false;
+  std::string why;
+  char got[4] = {0};
+  std::thread reader([&] {
+    waiting = true;
+    read = net::recv_exact(pair[0], got, sizeof got, net::Clock::now() + 5s, why);
+  });
+  while (!waiting) std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(100ms);
+  ::pthread_kill(reader.native_handle(), SIGUSR1);
+  std::this_thread::sleep_for(100ms);
+  REQUIRE(::send(pair[1], "abcd", 4, MSG_NOSIGNAL) == 4);
+  reader.join();
+  ::sigaction(SIGUSR1, &before, nullptr);
+  CHECK(read);
+  CHECK(why.empty());
+  CHECK(std::string(got, 4) == "abcd");
+  ::close(pair[0]);
+  ::close(pair[1]);
 }
 
 TEST_CASE("dialer: something that is not a castor door is named as such") {
