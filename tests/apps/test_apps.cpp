@@ -37,12 +37,14 @@
 #include "apps/common/training_log.hpp"
 #include "apps/parameter_server/parameter_server.hpp"
 #include "apps/cli_runs.hpp"
+#include "apps/shell_spec.hpp"
 #include "support/descriptors.hpp"
 #include "support/errors.hpp"
 
 using castor::test::contains;
 using castor::test::CommandResult;
 using castor::test::run_castor;
+using castor::test::shell;
 using castor::test::worker_pid;
 
 namespace {
@@ -724,19 +726,8 @@ TEST_CASE("the launcher starts a child with its environment set and none of our 
   CHECK(contains(out, "[missing] cannot start /nonexistent/castor-no-such-program: No such file or directory"));
 }
 
-namespace {
-castor::apps::ProcessSpec sh_spec(const std::string& name, const std::string& script, bool leader = false) {
-  castor::apps::ProcessSpec spec;
-  spec.name = name;
-  spec.argv = {"/bin/sh", "-c", script};
-  spec.leader = leader;
-  return spec;
-}
-
-}  // namespace
-
 TEST_CASE("the launcher fails the job at once when a worker cannot be started, naming it and why, and stops the ones it started (L7)") {
-  std::vector<castor::apps::ProcessSpec> specs{sh_spec("first", "exec sleep 20", true), sh_spec("second", "exit 0")};
+  std::vector<castor::apps::ProcessSpec> specs{shell("first", "exec sleep 20", true), shell("second", "exit 0")};
   castor::apps::LaunchResult result;
   auto began = std::chrono::steady_clock::now();
   auto out = stdout_of([&] {
@@ -783,8 +774,8 @@ TEST_CASE("a launcher told to stop (SIGTERM) stops its workers and starts none a
     result = castor::apps::run_with_restarts(
         [&](int) {
           ++starts;
-          return std::vector<castor::apps::ProcessSpec>{sh_spec("rank0", "echo up >> '" + up + "'; exec sleep 20", true),
-                                                        sh_spec("rank1", "echo up >> '" + up + "'; exec sleep 20")};
+          return std::vector<castor::apps::ProcessSpec>{shell("rank0", "echo up >> '" + up + "'; exec sleep 20", true),
+                                                        shell("rank1", "echo up >> '" + up + "'; exec sleep 20")};
         },
         3, "test");
   });

@@ -25,11 +25,13 @@
 #include "apps/cli_runs.hpp"
 #include "apps/common/local_launch.hpp"
 #include "apps/common/restarts.hpp"
+#include "apps/shell_spec.hpp"
 #include "support/errors.hpp"
 
 using castor::test::CommandResult;
 using castor::test::contains;
 using castor::test::run_castor;
+using castor::test::shell;
 using castor::test::worker_pid;
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -272,18 +274,6 @@ TEST_CASE("castor launch --local --max-restarts, with TLS: a trainer SIGKILLed a
   CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
   check_only_sigkills(r.output);
 }
-
-namespace {
-
-castor::apps::ProcessSpec shell(const std::string& name, const std::string& script, bool leader = false) {
-  castor::apps::ProcessSpec s;
-  s.name = name;
-  s.argv = {"/bin/sh", "-c", script};
-  s.leader = leader;
-  return s;
-}
-
-}  // namespace
 
 TEST_CASE("the restart loop: what counts as a death, restarts per worker, and a job that rank 0 ended well") {
   using castor::apps::run_with_restarts;
