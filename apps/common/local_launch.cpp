@@ -37,6 +37,10 @@
 //      death from then on is the launcher's doing: nothing is started
 //      again, and the job's code is 128 + the signal. Without this a
 //      killed launcher left its workers running.
+//  L9. What a worker started goes with it: each SIGTERM or SIGKILL of the
+//      launcher's goes to the worker's descendants too (a worker that is a
+//      shell script running its program without exec would otherwise
+//      leave the program running after the job).
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
@@ -57,10 +61,16 @@
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
+#include <system_error>
+#include <vector>
 
 namespace castor::apps {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct Child {
   std::string name;
@@ -180,6 +190,28 @@ class StopSignals {
   struct sigaction before_[kCount] {};
 };
 
+// L9: the processes `pid` started, and theirs, from /proc's lists of
+// children (none where the kernel keeps no such lists). Read when the
+// launcher signals, before the worker ends and its children are orphaned.
+std::vector<pid_t> descendants_of(pid_t pid) {
+  constexpr size_t kMost = 4096;  // a fork bomb is not walked to its end
+  std::vector<pid_t> found, todo{pid};
+  while (!todo.empty() && found.size() < kMost) {
+    pid_t parent = todo.back();
+    todo.pop_back();
+    std::error_code error;
+    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(parent) + "/task", error)) {
+      std::ifstream children(task.path() / "children");
+      pid_t child = 0;
+      while (children >> child && found.size() < kMost) {
+        found.push_back(child);
+        todo.push_back(child);
+      }
+    }
+  }
+  return found;
+}
+
 // Note [Fork server], FS2: a launcher that started a fork server is a child
 // subreaper, so the orphans of its workers' own children (a helper process
 // of a worker that died) come to it; they are reaped here and never stay
@@ -265,9 +297,12 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   // none -> waiting (L1: rank 0 ended well) -> terminating (SIGTERM sent) -> killing (SIGKILL sent)
   enum class Ending { none, waiting, terminating, killing } ending = Ending::none;
   auto next_step = Clock::now();  // when `ending` moves on
-  auto signal_others = [&](int sig) {
-    for (auto& o : children)
-      if (!o.exited) ::kill(o.pid, sig);
+  auto signal_others = [&](int sig) {  // L9: each worker with what it started
+    for (auto& o : children) {
+      if (o.exited) continue;
+      for (pid_t p : descendants_of(o.pid)) ::kill(p, sig);
+      ::kill(o.pid, sig);
+    }
   };
   auto terminate_others = [&] {
     signal_others(SIGTERM);

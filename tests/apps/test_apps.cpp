@@ -795,6 +795,42 @@ TEST_CASE("a launcher told to stop (SIGTERM) stops its workers and starts none a
   fs::remove_all(dir);
 }
 
+TEST_CASE("what a worker started ends with the job: the launcher's SIGTERM reaches a shell worker's own child (L9)") {
+  auto dir = fs::temp_directory_path() / ("castor-tree-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto pid_file = (dir / "pid").string();
+  // rank 1 runs its program without exec and waits for it: SIGTERM to the
+  // shell alone would leave the program running.
+  std::vector<castor::apps::ProcessSpec> specs{
+      shell("rank0", "i=0; while [ ! -s '" + pid_file + "' ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 0",
+            true),
+      shell("rank1", "sleep 60 & echo $! > '" + pid_file + ".part'; mv '" + pid_file + ".part' '" + pid_file + "'; wait")};
+  castor::apps::LaunchResult result;
+  auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
+  INFO(out);
+  CHECK(result.exit_code == 0);
+  CHECK(contains(out, "[launch] rank 0 has ended; stopping rank1, still running"));
+  std::ifstream in(pid_file);
+  pid_t program = 0;
+  in >> program;
+  REQUIRE(program > 0);
+  // It got the SIGTERM; once it ended it is init's to reap (a zombie until then).
+  auto ended = [&] {
+    std::ifstream stat("/proc/" + std::to_string(program) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    auto name_end = text.rfind(')');
+    return text.empty() || (name_end != std::string::npos && text.compare(name_end + 2, 1, "Z") == 0);
+  };
+  bool gone = ended();
+  for (int i = 0; i < 200 && !gone; ++i) {  // at most 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gone = ended();
+  }
+  CHECK_MESSAGE(gone, "the worker's program " << program << " still runs after the job");
+  fs::remove_all(dir);
+}
+
 TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
   using Getter = int (*)();
   auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
