@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,9 @@ int launch_command(const std::vector<std::string>& args) {
   }
   try {
     auto file = load_checked(path);
+    if (local)
+      if (auto conflict = config::one_host_conflict(file); !conflict.empty())
+        throw std::invalid_argument("--local starts every worker of " + path + " here, and " + conflict);
     auto absolute = std::filesystem::absolute(path).string();
     std::vector<ProcessSpec> specs;
     std::string hosts;
@@ -151,8 +155,11 @@ int launch_command(const std::vector<std::string>& args) {
       if (auto secret = detail::user_secret(true))
         for (auto& s : specs) s.env["CASTOR_SECRET"] = *secret;
     if (specs.empty()) {
-      std::fprintf(stderr, "castor launch: no worker of %s lives on this host (%s); --local starts them all here\n",
-                   path.c_str(), hosts.c_str());
+      auto conflict = config::one_host_conflict(file);
+      std::fprintf(stderr, "castor launch: no worker of %s lives on this host (%s); %s\n", path.c_str(),
+                   hosts.c_str(),
+                   conflict.empty() ? "--local starts them all here"
+                                    : ("--local could start them all here, but " + conflict).c_str());
       return 2;
     }
     auto result = run_with_restarts(
@@ -215,10 +222,7 @@ int worker_command(const std::vector<std::string>& args) {
     return 2;
   }
   if (!program.empty()) return exec_program(path, name, program, app_args, local);
-  if (local) {
-    opts.host = "127.0.0.1";
-    opts.master.host = "127.0.0.1";
-  }
+  if (local) config::move_to_this_host(opts);
   return run_app_rank(app, app_args, std::move(opts));
 }
 

@@ -10,8 +10,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -328,6 +330,27 @@ ClusterFile load_cluster_file(const std::string& path) {
   std::stringstream text;
   text << in.rdbuf();
   return parse_cluster_file(text.str(), path);
+}
+
+void move_to_this_host(WorkerOptions& opts) {
+  const std::string here = "127.0.0.1";
+  opts.host = here;
+  opts.master.host = here;
+  for (auto& m : opts.cluster) m.host = here;
+}
+
+std::string one_host_conflict(const ClusterFile& file) {
+  std::map<uint16_t, std::string> taken;  // port -> "worker1's port"
+  for (const auto& w : file.workers)
+    for (auto [port, what] : {std::pair<uint16_t, const char*>{w.port, "port"}, {w.metrics_port, "metrics_port"}}) {
+      if (port == 0) continue;  // none, or any free one
+      auto use = w.name + "'s " + what;
+      auto [it, added] = taken.emplace(port, use);
+      if (!added)
+        return it->second + " and " + use + " are both " + std::to_string(port) +
+               ": on one host each needs its own port";
+    }
+  return "";
 }
 
 bool is_local_host(const std::string& host) {

@@ -91,6 +91,15 @@ ClusterFile load_cluster_file(const std::string& path);
 /// relative paths).
 ClusterFile parse_cluster_file(const std::string& text, const std::string& path);
 
+/// `--local`: every worker of the file runs on this host, at 127.0.0.1 and
+/// the file's ports. Moves `opts` (options_for's) there: its own address,
+/// its master's and every worker's in its list.
+void move_to_this_host(WorkerOptions& opts);
+
+/// Why the file's workers cannot all run on this host (two on one port,
+/// castor's or metrics'), naming them; "" when they can.
+std::string one_host_conflict(const ClusterFile& file);
+
 /// Whether `host` names this machine (a loopback name or address, this
 /// host's name, or an address of one of its interfaces).
 bool is_local_host(const std::string& host);

@@ -210,7 +210,7 @@ Worker init_rpc_from_env(WorkerOptions base) {
       detail::refuse(e.what());
     }
     if (const char* local = std::getenv("CASTOR_LOCAL"); local && std::string(local) == "1")
-      opts.host = opts.master.host = "127.0.0.1";
+      config::move_to_this_host(opts);
     return init_rpc(std::move(opts));
   }
   // What the caller set wins; the launcher fills the rest.

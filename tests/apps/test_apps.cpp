@@ -433,24 +433,31 @@ TEST_CASE("a missing data folder fails the app with an error naming the file") {
   CHECK(contains(r.output, "/nonexistent/fm/train-images-idx3-ubyte.gz: cannot open"));
 }
 
-// A cluster file for `castor launch --local` with free ports.
-std::string write_cluster_file(const std::string& name, const std::string& app_and_args) {
+// A cluster file for `castor launch --local` with free ports; its workers
+// on `hosts` (one host each, in rank order), 127.0.0.1 when none are given.
+std::string write_cluster_file(const std::string& name, const std::string& app_and_args,
+                               const std::vector<std::string>& hosts = {}) {
   auto path = scratch(name + ".json");
   std::ofstream f(path);
   f << "{" << app_and_args << ", \"workers\": [";
   const char* names[] = {"ps", "trainer1", "trainer2"};
-  for (int i = 0; i < 3; ++i)
-    f << (i ? "," : "") << "{\"name\": \"" << names[i] << "\", \"host\": \"127.0.0.1\", \"port\": "
-      << castor::apps::free_local_port() << "}";
+  for (size_t i = 0; i < 3; ++i)
+    f << (i ? "," : "") << "{\"name\": \"" << names[i] << "\", \"host\": \""
+      << (hosts.empty() ? "127.0.0.1" : hosts[i]) << "\", \"port\": " << castor::apps::free_local_port() << "}";
   f << "], \"options\": {\"init_timeout_ms\": 30000}}";
   return path;
 }
 
-TEST_CASE("castor launch --local starts every worker of a cluster file, named in the output") {
+TEST_CASE("castor launch --local starts every worker of a cluster file of other hosts here, named in the output") {
   auto out = scratch("cluster-ps");
-  auto file = write_cluster_file("cluster", "\"app\": \"parameter-server\", \"args\": [\"--epochs\", \"2\", \"--limit\", "
-                                            "\"256\", \"--test-limit\", \"200\", \"--no-progress\", \"--out\", \"" +
-                                                out + "\"]");
+  // Hosts of TEST-NET-1, never this one: --local moves every worker and
+  // every worker's view of the others to 127.0.0.1 (the join is masterless:
+  // each worker dials the others at the file's addresses).
+  auto file = write_cluster_file("cluster",
+                                 "\"app\": \"parameter-server\", \"args\": [\"--epochs\", \"2\", \"--limit\", "
+                                 "\"256\", \"--test-limit\", \"200\", \"--no-progress\", \"--out\", \"" +
+                                     out + "\"]",
+                                 {"192.0.2.1", "192.0.2.2", "192.0.2.3"});
   auto r = run_castor({"launch", file, "--local"});
   INFO(r.output);
   REQUIRE(r.code == 0);
@@ -500,6 +507,19 @@ TEST_CASE("castor launch and castor worker refuse a bad cluster file before star
   r = run_castor({"launch", scratch("remote.json")});
   CHECK(r.code == 2);
   CHECK(contains(r.output, "no worker of " + scratch("remote.json") + " lives on this host (far@192.0.2.77)"));
+  // The shipped three-host example gives its workers one port on three
+  // hosts: on this one they cannot all listen, which --local says first.
+  auto three = std::string(CASTOR_SOURCE_DIR) + "/config/examples/three-hosts.json";
+  r = run_castor({"launch", three, "--local"});
+  INFO(r.output);
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "castor launch: --local starts every worker of " + three +
+                               " here, and ps's port and trainer1's port are both 29600: on one host each needs its "
+                               "own port"));
+  CHECK_FALSE(contains(r.output, "[ps]"));
+  r = run_castor({"launch", three});
+  CHECK(r.code == 2);
+  CHECK(contains(r.output, "--local could start them all here, but ps's port and trainer1's port are both 29600"));
 }
 
 TEST_CASE("the shipped one-host example runs (with free ports), reading its CAF INI file") {
