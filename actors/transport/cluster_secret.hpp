@@ -15,7 +15,9 @@ std::string make_cluster_secret();
 std::string user_secret_path();
 
 /// The user's secret; with `create`, makes the file (mode 0600, in a 0700
-/// folder) when there is none. Nothing when it cannot be read or made.
+/// folder) when there is none. Nothing when it cannot be read or made, and
+/// nothing (said on stderr) when another user owns the file or may read or
+/// change it.
 std::optional<std::string> user_secret(bool create);
 
 /// A secret file's contents without surrounding whitespace; throws

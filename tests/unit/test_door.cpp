@@ -19,11 +19,15 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <iterator>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "actors/transport/cluster_secret.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/door.hpp"
 #include "actors/transport/greeting.hpp"
@@ -301,6 +305,54 @@ TEST_CASE("a signal while a bounded read waits is not a timeout: the read goes o
   CHECK(std::string(got, 4) == "abcd");
   ::close(pair[0]);
   ::close(pair[1]);
+}
+
+// What `run` wrote to stderr (fd 2), which comes back after it.
+std::string stderr_of(const std::function<void()>& run) {
+  auto path = std::filesystem::temp_directory_path() / ("castor-stderr-" + std::to_string(::getpid()));
+  int file = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
+  REQUIRE(file >= 0);
+  int saved = ::dup(2);
+  ::dup2(file, 2);
+  ::close(file);
+  run();
+  ::dup2(saved, 2);
+  ::close(saved);
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(path);
+  return text;
+}
+
+TEST_CASE("the user's secret file: made once, private, and one that others may read or that another user owns is refused, saying why") {
+  namespace fs = std::filesystem;
+  auto dir = fs::temp_directory_path() / ("castor-secret-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto path = (dir / "secret").string();
+  ::setenv("CASTOR_SECRET_FILE", path.c_str(), 1);
+  CHECK_FALSE(castor::detail::user_secret(false).has_value());  // none yet, none made
+  auto made = castor::detail::user_secret(true);
+  REQUIRE(made.has_value());
+  CHECK(made->size() == 64);
+  CHECK((fs::status(path).permissions() & fs::perms::all) == (fs::perms::owner_read | fs::perms::owner_write));
+  CHECK(castor::detail::user_secret(true) == made);  // the same one again
+  // Readable by others: refused and said, and not replaced by a new one.
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  std::optional<std::string> got;
+  auto said = stderr_of([&] { got = castor::detail::user_secret(true); });
+  CHECK_FALSE(got.has_value());
+  CHECK(said == "castor: not using the secret file " + path + ": other users may read or change it (mode 644; chmod 600 it)\n");
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
+  CHECK(castor::detail::user_secret(false) == made);
+  // Owned by another user (only root can give a file away).
+  if (::geteuid() == 0) {
+    REQUIRE(::chown(path.c_str(), 4242, 4242) == 0);
+    said = stderr_of([&] { got = castor::detail::user_secret(false); });
+    CHECK_FALSE(got.has_value());
+    CHECK(said == "castor: not using the secret file " + path + ": it belongs to user 4242, not to this one (0)\n");
+  }
+  ::unsetenv("CASTOR_SECRET_FILE");
+  fs::remove_all(dir);
 }
 
 TEST_CASE("dialer: something that is not a castor door is named as such") {
