@@ -92,9 +92,15 @@ void check_tls(const WorkerOptions& opts) {
     refuse(opts, "the key " + t.key + " does not belong to the certificate " + t.certificate);
   if (SSL_CTX_load_verify_locations(ctx.get(), t.ca.c_str(), nullptr) != 1)
     refuse(opts, "the CA file " + t.ca + " holds no PEM certificate: " + openssl_errors());
-  // Our own certificate must pass the check our peers will make.
+  // Our own certificate must pass the check our peers will make: with the
+  // intermediates the certificate file holds after it, which the handshake
+  // sends along.
+  STACK_OF(X509)* chain = nullptr;
+  SSL_CTX_get0_chain_certs(ctx.get(), &chain);
   std::unique_ptr<X509_STORE_CTX, decltype(&X509_STORE_CTX_free)> check(X509_STORE_CTX_new(), X509_STORE_CTX_free);
-  X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx.get()), SSL_CTX_get0_certificate(ctx.get()), nullptr);
+  if (!check || X509_STORE_CTX_init(check.get(), SSL_CTX_get_cert_store(ctx.get()),
+                                    SSL_CTX_get0_certificate(ctx.get()), chain) != 1)
+    refuse(opts, "cannot check the certificate " + t.certificate + ": " + openssl_errors());
   if (X509_verify_cert(check.get()) != 1)
     refuse(opts, "the certificate " + t.certificate + " is not signed by the CA " + t.ca + ": " +
                      X509_verify_cert_error_string(X509_STORE_CTX_get_error(check.get())));

@@ -17,6 +17,7 @@
 #include "actors/observe/inspector.hpp"
 #include "actors/runtime/testing.hpp"
 #include "actors/transport/greeting.hpp"
+#include "actors/transport/tls.hpp"
 #include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/door_probes.hpp"
@@ -138,6 +139,33 @@ TEST_CASE("a world with a cluster secret keeps working while strangers knock at 
   CHECK(refused(snap, "closed") >= 10);  // the scans
   CHECK(test::eventually([&] { return refused(inspect(port, {}, kSecret), "timeout") == 4; }, 15s));
   CHECK(snap["bulk"]["messages_received"].get<uint64_t>() > 0);  // the bulk link carried tensors meanwhile
+  world.shutdown_all();
+  CHECK_FALSE(world.leaked());
+}
+
+TEST_CASE("TLS through an intermediate CA: a certificate file with its chain passes init_rpc's check and every handshake, the certificate alone is refused naming why") {
+  auto certs = test::make_chained_certs("door-chain", {"worker0", "worker1"});
+  test::LocalWorld world(2, [&](WorkerOptions& o) {
+    o.secret = kSecret;
+    o.tls = files_of(certs, o.name);
+  });
+  REQUIRE(castor::testing::runtime(world[0]).bulk != nullptr);
+  auto big = at::arange(300000, at::kFloat);  // the TLS bulk link's handshake too
+  CHECK(world[1].rpc_sync<at::Tensor>("worker0", "identity", big).equal(big));
+  CHECK(world[0].rpc_sync<int64_t>("worker1", "add_ints", int64_t(40), int64_t(2)) == 42);
+  CHECK(inspect(world.master_port(), files_of(certs, "worker1"), kSecret)["worker"]["name"] == "worker0");
+  WorkerOptions alone;
+  alone.name = "worker2";
+  alone.tls = files_of(certs, "worker0");
+  alone.tls.certificate = certs + "/worker0-alone.pem";
+  std::string why;
+  try {
+    castor::detail::check_tls(alone);
+  } catch (const RpcError& e) {
+    why = e.what();
+  }
+  CHECK(why == "init_rpc(worker2): TLS: the certificate " + alone.tls.certificate + " is not signed by the CA " +
+                   alone.tls.ca + ": unable to get local issuer certificate");
   world.shutdown_all();
   CHECK_FALSE(world.leaked());
 }

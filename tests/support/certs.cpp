@@ -9,13 +9,25 @@
 
 namespace castor::test {
 
-std::string make_certs(const std::string& tag, const std::vector<std::string>& names) {
+namespace {
+
+std::string run_cert_script(const std::string& script, const std::string& tag, const std::vector<std::string>& names) {
   auto dir = (std::filesystem::temp_directory_path() / ("castor-certs-" + std::to_string(::getpid()) + "-" + tag)).string();
-  auto cmd = "'" + std::string(CASTOR_SOURCE_DIR) + "/scripts/make-certs.sh' '" + dir + "'";
+  auto cmd = "'" + std::string(CASTOR_SOURCE_DIR) + "/" + script + "' '" + dir + "'";
   for (auto& n : names) cmd += " '" + n + "'";
   cmd += " >/dev/null";
   if (std::system(cmd.c_str()) != 0) throw std::runtime_error("cannot make test certificates: " + cmd + " failed");
   return dir;
+}
+
+}  // namespace
+
+std::string make_certs(const std::string& tag, const std::vector<std::string>& names) {
+  return run_cert_script("scripts/make-certs.sh", tag, names);
+}
+
+std::string make_chained_certs(const std::string& tag, const std::vector<std::string>& names) {
+  return run_cert_script("tests/support/make-chained-certs.sh", tag, names);
 }
 
 TlsOptions tls_files(const std::string& dir, const std::string& name) {

@@ -14,6 +14,12 @@ namespace castor::test {
 /// Throws std::runtime_error (failing the test) when the script fails.
 std::string make_certs(const std::string& tag, const std::vector<std::string>& names);
 
+/// The same, from a root CA through an intermediate one
+/// (support/make-chained-certs.sh): ca.pem holds the root alone, NAME.pem
+/// the certificate and the intermediate's, NAME-alone.pem the certificate
+/// alone.
+std::string make_chained_certs(const std::string& tag, const std::vector<std::string>& names);
+
 /// The TLS files make_certs wrote for `name`.
 TlsOptions tls_files(const std::string& dir, const std::string& name);
 
