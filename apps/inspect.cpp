@@ -91,8 +91,9 @@ Target resolve(const std::string& what, const std::string& config_path) {
   if (colon != std::string::npos && colon + 1 < what.size() &&
       what.find_first_not_of("0123456789", colon + 1) == std::string::npos) {
     t.host = what.substr(0, colon);
-    auto port = std::stol(what.substr(colon + 1));
-    if (port < 1 || port > 65535) throw std::invalid_argument("port " + what.substr(colon + 1) + " is not in 1..65535");
+    auto digits = what.substr(colon + 1);
+    auto port = digits.size() > 5 ? 0L : std::stol(digits);  // more digits than 65535 has would overflow stol
+    if (port < 1 || port > 65535) throw std::invalid_argument("port " + digits + " is not in 1..65535");
     t.port = uint16_t(port);
     return t;
   }

@@ -10,6 +10,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -45,10 +46,11 @@ class Reader {
 
   int64_t integer(const json& v, const std::string& field, int64_t lo, int64_t hi) const {
     if (!v.is_number_integer()) fail(field, "expected an integer, got " + describe(v));
-    auto x = v.get<int64_t>();
+    // Past int64_t's range JSON holds it unsigned: said as written, never wrapped.
+    bool huge = v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max());
+    auto x = huge ? std::numeric_limits<int64_t>::max() : v.get<int64_t>();
     if (x < lo || x > hi)
-      fail(field, "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " +
-                      std::to_string(x));
+      fail(field, "expected an integer in " + std::to_string(lo) + ".." + std::to_string(hi) + ", got " + v.dump());
     return x;
   }
 

@@ -90,6 +90,10 @@ void read_ranks(const Lookup& lookup, LaunchEnv& e, const char* rank, const char
 
 uint16_t port_from_job_id(uint64_t job_id) { return uint16_t(10000 + job_id % 20000); }
 
+// Slurm's own bound on a job's nodes is far below this; a list past it is
+// refused, not expanded until memory runs out.
+constexpr size_t kMaxHosts = 100000;
+
 std::vector<std::string> expand_host_list(const std::string& list) {
   auto bad = [&](const std::string& why) { throw std::invalid_argument("host list '" + list + "': " + why); };
   std::vector<std::string> out;
@@ -122,6 +126,7 @@ std::vector<std::string> expand_host_list(const std::string& list) {
         if (!digits(lo_text) || !digits(hi_text)) bad("'" + range + "' is not a number or a range");
         auto lo = std::stoul(lo_text), hi = std::stoul(hi_text);
         if (hi < lo || hi - lo > 100000) bad("'" + range + "' is not an ascending range");
+        if (parts.size() + (hi - lo + 1) > kMaxHosts) bad("more than " + std::to_string(kMaxHosts) + " hosts");
         for (auto n = lo; n <= hi; ++n) {
           auto text = std::to_string(n);
           if (text.size() < lo_text.size()) text.insert(0, lo_text.size() - text.size(), '0');  // node[01-03]
@@ -130,6 +135,8 @@ std::vector<std::string> expand_host_list(const std::string& list) {
         if (comma == std::string::npos) break;
         p = comma + 1;
       }
+      if (names.size() * parts.size() > kMaxHosts)  // each at most kMaxHosts: no overflow
+        bad("more than " + std::to_string(kMaxHosts) + " hosts");
       std::vector<std::string> grown;
       for (const auto& n : names)
         for (const auto& part : parts) grown.push_back(n + part);
@@ -137,6 +144,7 @@ std::vector<std::string> expand_host_list(const std::string& list) {
       i = close + 1;
     }
     if (names.size() == 1 && names[0].empty()) bad("an empty host name");
+    if (out.size() + names.size() > kMaxHosts) bad("more than " + std::to_string(kMaxHosts) + " hosts");
     out.insert(out.end(), names.begin(), names.end());
     if (i < list.size()) {
       ++i;  // the comma

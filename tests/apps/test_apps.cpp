@@ -374,6 +374,7 @@ TEST_CASE("castor run refuses bad input before starting workers, naming the caus
       {{"run", "parameter-server", "--epochs", "1.5"}, "the argument ('1.5') for option '--epochs' is invalid"},
       {{"run", "rnn", "stray"}, "castor run rnn: unexpected argument 'stray': only flags are taken (see --help)"},
       {{"inspect", "127.0.0.1:1", "127.0.0.1:2"}, "castor inspect: unexpected argument '127.0.0.1:2' (see --help)"},
+      {{"inspect", "127.0.0.1:99999999999999999999"}, "castor inspect: port 99999999999999999999 is not in 1..65535"},
       // F2: once, whichever side of the app
       {{"run", "-n", "2", "parameter-server", "-n", "3"}, "option '--workers' cannot be specified more than once"},
       // F5: values out of range or choice, refused as early as a value of the wrong type

@@ -120,6 +120,9 @@ TEST_CASE("a malformed cluster file is refused, naming the file and the field") 
         "/etc/castor/job.json: workers[0].port: expected an integer, got string \"80\"");
   CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 70000}]})") ==
         "/etc/castor/job.json: workers[0].port: expected an integer in 1..65535, got 70000");
+  // Past int64_t's range: said as written, not wrapped around to -1.
+  CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 18446744073709551615}]})") ==
+        "/etc/castor/job.json: workers[0].port: expected an integer in 1..65535, got 18446744073709551615");
   CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 1}, {"name": "a", "host": "h", "port": 2}]})") ==
         "/etc/castor/job.json: workers[1].name: duplicate worker name 'a'");
   CHECK(error_of(R"({"workers": [{"name": "a", "host": "h", "port": 1}, {"name": "b", "host": "h", "port": 1}]})") ==
@@ -269,6 +272,13 @@ TEST_CASE("Slurm's compressed host lists expand in order, zero padding kept") {
   for (const char* bad : {"", "node[", "node]", "node[3-1]", "node[]", "node[a-b]", "a,,b", "a,"})
     CHECK_THROWS_AS(expand_host_list(bad), std::invalid_argument);
   CHECK_THROWS_WITH(expand_host_list("node[5-2]"), "host list 'node[5-2]': '5-2' is not an ascending range");
+  // A list past 100,000 hosts is refused before it is expanded: by one
+  // group's ranges, by the product of groups, or by the whole list.
+  CHECK_THROWS_WITH(expand_host_list("n[0-60000,0-60000]"), "host list 'n[0-60000,0-60000]': more than 100000 hosts");
+  CHECK_THROWS_WITH(expand_host_list("r[0-999]-n[0-999]"), "host list 'r[0-999]-n[0-999]': more than 100000 hosts");
+  CHECK_THROWS_WITH(expand_host_list("a[0-60000],b[0-60000]"),
+                    "host list 'a[0-60000],b[0-60000]': more than 100000 hosts");
+  CHECK(expand_host_list("n[1-100000]").size() == 100000);
 }
 
 TEST_CASE("init_rpc_from_env reads torchrun's, Slurm's and Open MPI's variables, in that order") {
