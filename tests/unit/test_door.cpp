@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -31,6 +32,7 @@
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/door.hpp"
 #include "actors/transport/greeting.hpp"
+#include "actors/transport/refusal_log.hpp"
 #include "support/cluster.hpp"
 #include "support/descriptors.hpp"
 #include "support/door_probes.hpp"
@@ -353,6 +355,22 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
   }
   ::unsetenv("CASTOR_SECRET_FILE");
   fs::remove_all(dir);
+}
+
+TEST_CASE("refusal lines: a flood from many hosts shows at most 20 a second, and the next line says how many went unsaid (R3)") {
+  std::string burst = stderr_of([] {
+    for (int i = 0; i < 200; ++i)
+      castor::detail::log_refusal("w", "198.51.100." + std::to_string(i) + ":4000", "test flood", "refused a test");
+  });
+  auto shown = size_t(std::count(burst.begin(), burst.end(), '\n'));
+  CHECK(shown >= 1);
+  CHECK(shown <= 40);  // 20 in a second, 40 if the burst straddled two
+  std::this_thread::sleep_for(1100ms);
+  auto next = stderr_of([] { castor::detail::log_refusal("w", "203.0.113.1:4000", "test flood", "refused one more"); });
+  long long unsaid = 0;
+  REQUIRE(std::sscanf(next.c_str(), "castor[w]: %lld refusal line(s) not shown: more than 20 a second", &unsaid) == 1);
+  CHECK(shown + size_t(unsaid) >= 200);  // every line of the burst shown or counted
+  CHECK(next.find("castor[w]: refused one more\n") != std::string::npos);
 }
 
 TEST_CASE("dialer: something that is not a castor door is named as such") {
