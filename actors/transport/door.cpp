@@ -50,8 +50,8 @@ namespace castor::detail {
 //     headers), but not a stranger who implements castor's greeting. Only a
 //     secret or TLS keeps those out; castor says so once (transport.cpp).
 //  D5 Every refusal is logged by the worker that refused it, naming the
-//     peer and the cause (refusal_log.cpp: R2 per host, R3 at most 20 lines
-//     a second in all), and
+//     peer and the cause (refusal_log.cpp: R2 per host, R3 200 lines at
+//     once, then one a second in all), and
 //     counted (castor inspect shows the counts). The job does not notice.
 //  D6 With TLS, the door runs the TLS handshake after the greeting (T1 of
 //     Note [TLS]); the established session goes to CAF in castor's TLS

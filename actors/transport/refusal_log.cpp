@@ -1,6 +1,7 @@
 // R2 of Note [The door]: rate-limited refusal lines.
 #include "actors/transport/refusal_log.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -16,16 +17,19 @@ namespace {
 constexpr size_t kMaxCountedHosts = 1024;
 constexpr const char* kOtherHosts = "(other hosts)";
 
-// R3: at most this many lines a second in all, whatever the hosts: a flood
-// from many hosts (or one host's every hundredth) does not fill a disk.
-constexpr int kLinesPerSecond = 20;
+// R3: whatever the hosts, lines leave through a bucket of kBurstLines that
+// refills at kLinesPerSecond: a burst of trouble is said whole, and a flood
+// from many hosts (or one host's every hundredth) writes a line a second,
+// not a disk full.
+constexpr double kBurstLines = 200;
+constexpr double kLinesPerSecond = 1;
 
 struct Counts {
   std::mutex mtx;
   std::map<std::string, int64_t> by_host;  // by "host kind"
-  std::chrono::steady_clock::time_point second{};  // the second the lines below count in
-  int lines = 0;
-  int64_t unsaid = 0;  // refusals past R3's bound since the last line that said so
+  double tokens = kBurstLines;
+  std::chrono::steady_clock::time_point filled = std::chrono::steady_clock::now();
+  int64_t unsaid = 0;  // lines past R3's bound since the last line that said so
 };
 
 }  // namespace
@@ -45,19 +49,19 @@ void log_refusal(const std::string& worker, const std::string& peer, const std::
     n = ++counts.by_host[key];
     if (n > 3 && n % 100 != 0) return;
     auto now = std::chrono::steady_clock::now();  // R3
-    if (now - counts.second >= std::chrono::seconds(1)) {
-      counts.second = now;
-      counts.lines = 0;
-    }
-    if (++counts.lines > kLinesPerSecond) {
+    counts.tokens = std::min(kBurstLines, counts.tokens + std::chrono::duration<double>(now - counts.filled).count() *
+                                                              kLinesPerSecond);
+    counts.filled = now;
+    if (counts.tokens < 1) {
       ++counts.unsaid;
       return;
     }
+    counts.tokens -= 1;
     std::swap(unsaid, counts.unsaid);
   }
   if (unsaid > 0)
-    std::fprintf(stderr, "castor[%s]: %lld refusal line(s) not shown: more than %d a second\n", worker.c_str(),
-                 (long long)unsaid, kLinesPerSecond);
+    std::fprintf(stderr, "castor[%s]: %lld refusal line(s) not shown: past %g at once, a line a second\n",
+                 worker.c_str(), (long long)unsaid, kBurstLines);
   std::string count;
   if (n > 1)
     count = " (refusal " + std::to_string(n) + " of this kind " + (shared ? "from hosts past the first 1024)" : "from this host)");

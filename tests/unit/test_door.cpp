@@ -357,19 +357,20 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
   fs::remove_all(dir);
 }
 
-TEST_CASE("refusal lines: a flood from many hosts shows at most 20 a second, and the next line says how many went unsaid (R3)") {
+TEST_CASE("refusal lines: a flood from many hosts shows 200 lines, then a line a second, and the next line says how many went unsaid (R3)") {
   std::string burst = stderr_of([] {
-    for (int i = 0; i < 200; ++i)
+    for (int i = 0; i < 300; ++i)
       castor::detail::log_refusal("w", "198.51.100." + std::to_string(i) + ":4000", "test flood", "refused a test");
   });
   auto shown = size_t(std::count(burst.begin(), burst.end(), '\n'));
-  CHECK(shown >= 1);
-  CHECK(shown <= 40);  // 20 in a second, 40 if the burst straddled two
+  CHECK(shown >= 150);  // this test process's earlier refusals took some of the 200
+  CHECK(shown <= 202);  // 200, and what a second's refill adds
   std::this_thread::sleep_for(1100ms);
   auto next = stderr_of([] { castor::detail::log_refusal("w", "203.0.113.1:4000", "test flood", "refused one more"); });
   long long unsaid = 0;
-  REQUIRE(std::sscanf(next.c_str(), "castor[w]: %lld refusal line(s) not shown: more than 20 a second", &unsaid) == 1);
-  CHECK(shown + size_t(unsaid) >= 200);  // every line of the burst shown or counted
+  REQUIRE(std::sscanf(next.c_str(), "castor[w]: %lld refusal line(s) not shown: past 200 at once, a line a second",
+                      &unsaid) == 1);
+  CHECK(shown + size_t(unsaid) >= 300);  // every line of the burst shown or counted
   CHECK(next.find("castor[w]: refused one more\n") != std::string::npos);
 }
 
