@@ -170,7 +170,7 @@ int launch_command(const std::vector<std::string>& args) {
           return specs;
         },
         max_restarts, "castor launch", file.workers.size());  // R7 of Note [Restart policy] on a host without rank 0
-    if (result.exit_code != 0)
+    if (result.exit_code != 0 && !result.failed.empty())  // a stop signal (L8) was said by the launcher
       std::fprintf(stderr, "castor launch: worker %s failed (exit code %d)\n", result.failed.c_str(), result.exit_code);
     return result.exit_code;
   } catch (const std::exception& e) {

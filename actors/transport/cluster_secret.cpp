@@ -62,12 +62,18 @@ enum class Found { none, refused, secret };
 // another user owns (planted in a shared /tmp when HOME is unset) or may
 // read is refused, and said, never used quietly. Checked on the open file.
 Found read_private_secret(const std::string& path, std::string& secret) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Found::none;
+  // Not waited on if a FIFO (another user's plant is refused, not read); a
+  // link is judged by the file it names.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == ENOENT) return Found::none;
   struct stat st {};
   std::string why;
-  if (::fstat(fd, &st) != 0) {
+  if (fd < 0) {
     why = std::strerror(errno);
+  } else if (::fstat(fd, &st) != 0) {
+    why = std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "it is not a regular file";
   } else if (st.st_uid != ::geteuid()) {
     why = "it belongs to user " + std::to_string(st.st_uid) + ", not to this one (" + std::to_string(::geteuid()) + ")";
   } else if ((st.st_mode & 077) != 0) {
@@ -83,7 +89,7 @@ Found read_private_secret(const std::string& path, std::string& secret) {
     if (n < 0) why = std::strerror(errno);
     else text.append(buf, size_t(n));
   }
-  ::close(fd);
+  if (fd >= 0) ::close(fd);
   if (!why.empty()) {
     std::fprintf(stderr, "castor: not using the secret file %s: %s\n", path.c_str(), why.c_str());
     return Found::refused;

@@ -58,12 +58,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -155,19 +158,24 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   ::_exit(127);
 }
 
-// L8: what the handlers saw. One run at a time per process.
-volatile std::sig_atomic_t stop_signal = 0;
-volatile std::sig_atomic_t stop_signals_seen = 0;
+// L8: what the handlers saw (lock-free atomics: a handler may run on any
+// thread). One run at a time per process.
+std::atomic<int> stop_signal{0};
+std::atomic<int> stop_signals_seen{0};
+static_assert(std::atomic<int>::is_always_lock_free, "a signal handler may only touch lock-free atomics");
 
 extern "C" void note_stop_signal(int sig) {
-  if (sig == SIGPIPE && stop_signals_seen > 0) return;  // our own writes after the reader left: not a second stop
-  stop_signal = sig;
-  stop_signals_seen = stop_signals_seen + 1;
+  // Our own writes after the reader left raise SIGPIPE again: not a second stop.
+  if (sig == SIGPIPE && stop_signals_seen.load() > 0) return;
+  stop_signal.store(sig);
+  stop_signals_seen.fetch_add(1);
 }
 
 // L8's handlers for the length of one run, the caller's put back after it
-// (a test runner's crash handlers, or the defaults). spawn() gives each
-// child the defaults back before it execs.
+// (a test runner's crash handlers, or the defaults). A signal the caller
+// ignores stays ignored (nohup's SIGHUP: the job goes on, and its workers
+// inherit the ignoring). spawn() gives each child the defaults back for
+// the handled ones before it execs.
 class StopSignals {
  public:
   StopSignals() {
@@ -175,11 +183,16 @@ class StopSignals {
     stop_signals_seen = 0;
     struct sigaction action {};
     action.sa_handler = note_stop_signal;
-    ::sigemptyset(&action.sa_mask);
-    for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &action, &before_[i]);
+    action.sa_flags = SA_RESTART;      // the launcher's own writes are not cut short
+    ::sigfillset(&action.sa_mask);    // one stop at a time: none lost to another
+    for (size_t i = 0; i < kCount; ++i) {
+      if (::sigaction(kSignals[i], nullptr, &before_[i]) != 0 || before_[i].sa_handler == SIG_IGN) continue;
+      installed_[i] = ::sigaction(kSignals[i], &action, nullptr) == 0;
+    }
   }
   ~StopSignals() {
-    for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &before_[i], nullptr);
+    for (size_t i = 0; i < kCount; ++i)
+      if (installed_[i]) ::sigaction(kSignals[i], &before_[i], nullptr);
   }
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
@@ -188,28 +201,60 @@ class StopSignals {
   static constexpr size_t kCount = 4;
   static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
   struct sigaction before_[kCount] {};
+  bool installed_[kCount] = {};
 };
 
-// L9: the processes `pid` started, and theirs, from /proc's lists of
-// children (none where the kernel keeps no such lists). Read when the
-// launcher signals, before the worker ends and its children are orphaned.
-std::vector<pid_t> descendants_of(pid_t pid) {
+// L9: a process as the launcher saw it: its pid and when it started (field
+// 22 of /proc/PID/stat), so that a pid used again later is never signalled.
+struct Process {
+  pid_t pid = 0;
+  unsigned long long started = 0;
+};
+
+// When `pid` started; 0 when it is gone.
+unsigned long long start_time(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  auto name_end = text.rfind(')');  // the name may hold spaces and parentheses
+  if (name_end == std::string::npos) return 0;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string field;
+  for (int i = 3; i < 22 && fields >> field; ++i) {
+  }
+  unsigned long long started = 0;
+  fields >> started;
+  return started;
+}
+
+// The processes `pid` started, and theirs, from /proc's lists of children
+// (none where the kernel keeps no such lists). Read when the launcher
+// signals, before the worker ends and its children are orphaned. A task
+// that ends while it is read is skipped.
+std::vector<Process> descendants_of(pid_t pid) {
   constexpr size_t kMost = 4096;  // a fork bomb is not walked to its end
-  std::vector<pid_t> found, todo{pid};
+  std::vector<Process> found;
+  std::vector<pid_t> todo{pid};
   while (!todo.empty() && found.size() < kMost) {
     pid_t parent = todo.back();
     todo.pop_back();
     std::error_code error;
-    for (const auto& task : fs::directory_iterator("/proc/" + std::to_string(parent) + "/task", error)) {
-      std::ifstream children(task.path() / "children");
+    fs::directory_iterator task("/proc/" + std::to_string(parent) + "/task", error), end;
+    for (; !error && task != end; task.increment(error)) {
+      std::ifstream children(task->path() / "children");
       pid_t child = 0;
       while (children >> child && found.size() < kMost) {
-        found.push_back(child);
+        found.push_back(Process{child, start_time(child)});
         todo.push_back(child);
       }
     }
   }
   return found;
+}
+
+// Signals `p` unless it is gone or its pid now names another process.
+void signal_process(const Process& p, int sig) {
+  if (p.started != 0 && start_time(p.pid) == p.started) ::kill(p.pid, sig);
 }
 
 // Note [Fork server], FS2: a launcher that started a fork server is a child
@@ -297,12 +342,16 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   // none -> waiting (L1: rank 0 ended well) -> terminating (SIGTERM sent) -> killing (SIGKILL sent)
   enum class Ending { none, waiting, terminating, killing } ending = Ending::none;
   auto next_step = Clock::now();  // when `ending` moves on
-  auto signal_others = [&](int sig) {  // L9: each worker with what it started
+  // L9: each worker with what it started, and what earlier signals found
+  // under workers that have ended since (a program that outlived its shell).
+  std::vector<Process> signalled;
+  auto signal_others = [&](int sig) {
     for (auto& o : children) {
       if (o.exited) continue;
-      for (pid_t p : descendants_of(o.pid)) ::kill(p, sig);
+      for (const auto& p : descendants_of(o.pid)) signalled.push_back(p);
       ::kill(o.pid, sig);
     }
+    for (const auto& p : signalled) signal_process(p, sig);
   };
   auto terminate_others = [&] {
     signal_others(SIGTERM);
@@ -312,13 +361,27 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   size_t alive = children.size();
   if (!cannot_start.empty()) terminate_others();  // L7
   bool stopping = false;  // L8: told to stop; every death since is ours
-  std::sig_atomic_t stops_handled = 0;
+  int stops_handled = 0;
   while (alive > 0) {
     std::vector<pollfd> fds;
     for (auto& c : children)
       if (c.fd >= 0) fds.push_back(pollfd{c.fd, POLLIN, 0});
     ::poll(fds.data(), fds.size(), 100);
-    if (stop_signals_seen != stops_handled) {  // L8, before this round's exits: they are ours
+    // Every exit of this round first, then the deaths before the other
+    // exits: a killed worker and the rank 0 that failed because of it may
+    // end in the same round, and the death is the cause (L5).
+    std::vector<std::pair<Child*, int>> exits;
+    for (auto& c : children) {
+      if (c.exited) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.exited = true;
+      --alive;
+      exits.emplace_back(&c, status);
+    }
+    reap_strays(children);
+    if (stop_signals_seen != stops_handled) {  // L8: read after this round's exits were reaped, so a worker
+      // killed by the same Ctrl-C as the launcher is ours
       stops_handled = stop_signals_seen;
       int sig = stop_signal;
       if (!stopping) {
@@ -351,19 +414,6 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
         flush_lines(c, true);
       }
     }
-    // Every exit of this round first, then the deaths before the other
-    // exits: a killed worker and the rank 0 that failed because of it may
-    // end in the same round, and the death is the cause (L5).
-    std::vector<std::pair<Child*, int>> exits;
-    for (auto& c : children) {
-      if (c.exited) continue;
-      int status = 0;
-      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
-      c.exited = true;
-      --alive;
-      exits.emplace_back(&c, status);
-    }
-    reap_strays(children);
     // Clean exits first (rank 0 ended well: what dies after it is not the
     // job's end, L1), then the deaths (L5), then the failed exits.
     auto order = [](int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : WIFSIGNALED(status) ? 1 : 2; };
@@ -445,6 +495,15 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
     }
     std::fflush(stdout);
   }
+  // L9: what outlived its worker after a SIGTERM (a program that handles it,
+  // under a shell that did not) has the rest of the grace, then SIGKILL.
+  auto still_running = [&] {
+    return std::any_of(signalled.begin(), signalled.end(),
+                       [](const Process& p) { return p.started != 0 && start_time(p.pid) == p.started; });
+  };
+  if (ending == Ending::terminating)
+    while (still_running() && Clock::now() < next_step) ::poll(nullptr, 0, 50);
+  for (const auto& p : signalled) signal_process(p, SIGKILL);
   for (auto& c : children) {
     if (c.fd >= 0) {
       char buf[4096];

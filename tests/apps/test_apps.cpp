@@ -816,6 +816,26 @@ TEST_CASE("a launcher told to stop (SIGTERM) stops its workers and starts none a
   fs::remove_all(dir);
 }
 
+namespace {
+// Whether process `pid` is gone or a zombie (ended, for its parent or init
+// to reap) within `limit`.
+bool ends_within(pid_t pid, std::chrono::milliseconds limit) {
+  auto ended = [pid] {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    auto name_end = text.rfind(')');
+    return text.empty() || (name_end != std::string::npos && text.compare(name_end + 2, 1, "Z") == 0);
+  };
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!ended()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+}  // namespace
+
 TEST_CASE("what a worker started ends with the job: the launcher's SIGTERM reaches a shell worker's own child (L9)") {
   auto dir = fs::temp_directory_path() / ("castor-tree-" + std::to_string(::getpid()));
   fs::create_directories(dir);
@@ -836,20 +856,51 @@ TEST_CASE("what a worker started ends with the job: the launcher's SIGTERM reach
   in >> program;
   REQUIRE(program > 0);
   // It got the SIGTERM; once it ended it is init's to reap (a zombie until then).
-  auto ended = [&] {
-    std::ifstream stat("/proc/" + std::to_string(program) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    auto name_end = text.rfind(')');
-    return text.empty() || (name_end != std::string::npos && text.compare(name_end + 2, 1, "Z") == 0);
-  };
-  bool gone = ended();
-  for (int i = 0; i < 200 && !gone; ++i) {  // at most 10 s
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    gone = ended();
-  }
-  CHECK_MESSAGE(gone, "the worker's program " << program << " still runs after the job");
+  CHECK_MESSAGE(ends_within(program, std::chrono::seconds(10)), "the worker's program " << program
+                                                                                         << " still runs after the job");
   fs::remove_all(dir);
+}
+
+TEST_CASE("what a worker started and that ignores SIGTERM is SIGKILLed once the grace has passed, though its worker ended first (L9)") {
+  auto dir = fs::temp_directory_path() / ("castor-stubborn-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto pid_file = (dir / "pid").string();
+  // rank 1's program ignores SIGTERM; rank 1 itself (the shell) ends on it.
+  std::vector<castor::apps::ProcessSpec> specs{
+      shell("rank0", "i=0; while [ ! -s '" + pid_file + "' ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 0",
+            true),
+      shell("rank1", "sh -c 'trap \"\" TERM; sleep 60' & echo $! > '" + pid_file + ".part'; mv '" + pid_file + ".part' '" +
+                         pid_file + "'; wait")};
+  castor::apps::LaunchResult result;
+  auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
+  INFO(out);
+  CHECK(result.exit_code == 0);
+  std::ifstream in(pid_file);
+  pid_t program = 0;
+  in >> program;
+  REQUIRE(program > 0);
+  // run_processes returned after its SIGKILL, which the program may still
+  // be dying of (at most 5 s, of the 60 it would run).
+  CHECK_MESSAGE(ends_within(program, std::chrono::seconds(5)), "the worker's program " << program
+                                                                                        << " still runs after the job");
+  fs::remove_all(dir);
+}
+
+TEST_CASE("a launcher whose caller ignores SIGHUP (nohup) goes on ignoring it, and so do its workers (L8)") {
+  struct sigaction ignore {}, before {};
+  ignore.sa_handler = SIG_IGN;
+  REQUIRE(::sigaction(SIGHUP, &ignore, &before) == 0);
+  std::vector<castor::apps::ProcessSpec> specs{shell("rank0", "kill -HUP $$; kill -HUP $PPID; echo alive", true)};
+  castor::apps::LaunchResult result;
+  auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+  struct sigaction after {};
+  ::sigaction(SIGHUP, nullptr, &after);
+  ::sigaction(SIGHUP, &before, nullptr);
+  INFO(out);
+  CHECK(result.exit_code == 0);
+  CHECK(result.stopped_by == 0);
+  CHECK(contains(out, "[rank0] alive"));
+  CHECK(reinterpret_cast<void*>(after.sa_handler) == reinterpret_cast<void*>(SIG_IGN));
 }
 
 TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {

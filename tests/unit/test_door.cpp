@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -346,6 +347,15 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
   CHECK(said == "castor: not using the secret file " + path + ": other users may read or change it (mode 644; chmod 600 it)\n");
   fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
   CHECK(castor::detail::user_secret(false) == made);
+  // A FIFO where the file should be: refused at once, not waited on.
+  fs::remove(path);
+  REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
+  said = stderr_of([&] { got = castor::detail::user_secret(true); });
+  CHECK_FALSE(got.has_value());
+  CHECK(said == "castor: not using the secret file " + path + ": it is not a regular file\n");
+  fs::remove(path);
+  { std::ofstream(path) << *made << "\n"; }
+  fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
   // Owned by another user (only root can give a file away).
   if (::geteuid() == 0) {
     REQUIRE(::chown(path.c_str(), 4242, 4242) == 0);
