@@ -40,7 +40,9 @@
 //  L9. What a worker started goes with it: each SIGTERM or SIGKILL of the
 //      launcher's goes to the worker's descendants too (a worker that is a
 //      shell script running its program without exec would otherwise
-//      leave the program running after the job).
+//      leave the program running after the job). They are remembered (pid
+//      and start time, so a pid used again is never hit): one that ignores
+//      SIGTERM and outlives its worker gets SIGKILL when the grace ends.
 #include "local_launch.hpp"
 
 #include "actors/transport/sockets.hpp"
