@@ -350,7 +350,10 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   auto signal_others = [&](int sig) {
     for (auto& o : children) {
       if (o.exited) continue;
-      for (const auto& p : descendants_of(o.pid)) signalled.push_back(p);
+      for (const auto& p : descendants_of(o.pid))
+        if (std::none_of(signalled.begin(), signalled.end(),
+                         [&](const Process& q) { return q.pid == p.pid && q.started == p.started; }))
+          signalled.push_back(p);  // once, however often it is signalled
       ::kill(o.pid, sig);
     }
     for (const auto& p : signalled) signal_process(p, sig);

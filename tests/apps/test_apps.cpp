@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -754,14 +753,9 @@ TEST_CASE("the launcher fails the job at once when a worker cannot be started, n
   auto out = stdout_of([&] {
     // Room for the first worker's pipe, and one descriptor after it: the
     // second's pipe cannot be made.
-    rlimit before{};
-    REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
-    rlimit low = before;
-    low.rlim_cur = castor::test::descriptor_limit_leaving(2);
-    REQUIRE(low.rlim_cur > 0);
-    REQUIRE(::setrlimit(RLIMIT_NOFILE, &low) == 0);
+    castor::test::DescriptorsLeft two(2);
+    REQUIRE(two.ok());
     result = castor::apps::run_processes(specs, std::chrono::seconds(5));
-    ::setrlimit(RLIMIT_NOFILE, &before);
   });
   INFO(out);
   CHECK(result.exit_code == 127);
@@ -836,54 +830,54 @@ bool ends_within(pid_t pid, std::chrono::milliseconds limit) {
 }
 }  // namespace
 
-TEST_CASE("what a worker started ends with the job: the launcher's SIGTERM reaches a shell worker's own child (L9)") {
-  auto dir = fs::temp_directory_path() / ("castor-tree-" + std::to_string(::getpid()));
+namespace {
+// A job whose rank 1 (a shell) starts `program` in the background, without
+// exec, and waits for it; rank 0 ends once the program has started, and the
+// launcher then stops rank 1 (grace 500 ms). The program's pid comes back.
+struct LeftBehind {
+  castor::apps::LaunchResult result;
+  std::string out;
+  pid_t program = 0;
+};
+
+LeftBehind run_leaving(const std::string& tag, const std::string& program) {
+  auto dir = fs::temp_directory_path() / ("castor-" + tag + "-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   auto pid_file = (dir / "pid").string();
-  // rank 1 runs its program without exec and waits for it: SIGTERM to the
-  // shell alone would leave the program running.
   std::vector<castor::apps::ProcessSpec> specs{
       shell("rank0", "i=0; while [ ! -s '" + pid_file + "' ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 0",
             true),
-      shell("rank1", "sleep 60 & echo $! > '" + pid_file + ".part'; mv '" + pid_file + ".part' '" + pid_file + "'; wait")};
-  castor::apps::LaunchResult result;
-  auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
-  INFO(out);
-  CHECK(result.exit_code == 0);
-  CHECK(contains(out, "[launch] rank 0 has ended; stopping rank1, still running"));
-  std::ifstream in(pid_file);
-  pid_t program = 0;
-  in >> program;
-  REQUIRE(program > 0);
-  // It got the SIGTERM; once it ended it is init's to reap (a zombie until then).
-  CHECK_MESSAGE(ends_within(program, std::chrono::seconds(10)), "the worker's program " << program
-                                                                                         << " still runs after the job");
+      shell("rank1", program + " & echo $! > '" + pid_file + ".part'; mv '" + pid_file + ".part' '" + pid_file + "'; wait")};
+  LeftBehind left;
+  left.out = stdout_of([&] { left.result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
+  std::ifstream(pid_file) >> left.program;
   fs::remove_all(dir);
+  return left;
+}
+}  // namespace
+
+TEST_CASE("what a worker started ends with the job: the launcher's SIGTERM reaches a shell worker's own child (L9)") {
+  // SIGTERM to the shell alone would leave the program running.
+  auto left = run_leaving("tree", "sleep 60");
+  INFO(left.out);
+  CHECK(left.result.exit_code == 0);
+  CHECK(contains(left.out, "[launch] rank 0 has ended; stopping rank1, still running"));
+  REQUIRE(left.program > 0);
+  // It got the SIGTERM; once it ended it is init's to reap (a zombie until then).
+  CHECK_MESSAGE(ends_within(left.program, std::chrono::seconds(10)),
+                "the worker's program " << left.program << " still runs after the job");
 }
 
 TEST_CASE("what a worker started and that ignores SIGTERM is SIGKILLed once the grace has passed, though its worker ended first (L9)") {
-  auto dir = fs::temp_directory_path() / ("castor-stubborn-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  auto pid_file = (dir / "pid").string();
   // rank 1's program ignores SIGTERM; rank 1 itself (the shell) ends on it.
-  std::vector<castor::apps::ProcessSpec> specs{
-      shell("rank0", "i=0; while [ ! -s '" + pid_file + "' ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done; exit 0",
-            true),
-      shell("rank1", "sh -c 'trap \"\" TERM; sleep 60' & echo $! > '" + pid_file + ".part'; mv '" + pid_file + ".part' '" +
-                         pid_file + "'; wait")};
-  castor::apps::LaunchResult result;
-  auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
-  INFO(out);
-  CHECK(result.exit_code == 0);
-  std::ifstream in(pid_file);
-  pid_t program = 0;
-  in >> program;
-  REQUIRE(program > 0);
+  auto left = run_leaving("stubborn", "sh -c 'trap \"\" TERM; sleep 60'");
+  INFO(left.out);
+  CHECK(left.result.exit_code == 0);
+  REQUIRE(left.program > 0);
   // run_processes returned after its SIGKILL, which the program may still
   // be dying of (at most 5 s, of the 60 it would run).
-  CHECK_MESSAGE(ends_within(program, std::chrono::seconds(5)), "the worker's program " << program
-                                                                                        << " still runs after the job");
-  fs::remove_all(dir);
+  CHECK_MESSAGE(ends_within(left.program, std::chrono::seconds(5)),
+                "the worker's program " << left.program << " still runs after the job");
 }
 
 TEST_CASE("a launcher whose caller ignores SIGHUP (nohup) goes on ignoring it, and so do its workers (L8)") {

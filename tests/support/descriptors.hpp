@@ -29,4 +29,29 @@ inline rlim_t descriptor_limit_leaving(size_t free) {
   }
 }
 
+/// While it lives, this process may open only `free` more descriptors
+/// (descriptor_limit_leaving); the limit it found comes back when it ends,
+/// a failed check included. ok() says whether the limit could be set.
+class DescriptorsLeft {
+ public:
+  explicit DescriptorsLeft(size_t free) {
+    if (::getrlimit(RLIMIT_NOFILE, &before_) != 0) return;
+    rlimit low = before_;
+    low.rlim_cur = descriptor_limit_leaving(free);
+    set_ = low.rlim_cur > 0 && ::setrlimit(RLIMIT_NOFILE, &low) == 0;
+  }
+  ~DescriptorsLeft() { restore(); }
+  DescriptorsLeft(const DescriptorsLeft&) = delete;
+  DescriptorsLeft& operator=(const DescriptorsLeft&) = delete;
+  bool ok() const { return set_; }
+  void restore() {
+    if (set_) ::setrlimit(RLIMIT_NOFILE, &before_);
+    set_ = false;
+  }
+
+ private:
+  rlimit before_{};
+  bool set_ = false;
+};
+
 }  // namespace castor::test

@@ -9,7 +9,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -252,19 +251,15 @@ TEST_CASE("door: out of descriptors, a listener rests instead of spinning, then 
   addr.sin_family = AF_INET;
   addr.sin_port = htons(d.port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  rlimit before{};
-  REQUIRE(::getrlimit(RLIMIT_NOFILE, &before) == 0);
-  rlimit none = before;
-  none.rlim_cur = castor::test::descriptor_limit_leaving(0);
-  REQUIRE(none.rlim_cur > 0);
-  REQUIRE(::setrlimit(RLIMIT_NOFILE, &none) == 0);
+  castor::test::DescriptorsLeft none(0);
+  REQUIRE(none.ok());
   // The kernel completes the connections; the door cannot take them.
   bool connected = true;
   for (int fd : clients) connected = connected && ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
   auto ticks_before = thread_ticks(stat_fd);
   std::this_thread::sleep_for(600ms);
   auto ticks_after = thread_ticks(stat_fd);
-  ::setrlimit(RLIMIT_NOFILE, &before);
+  none.restore();
   REQUIRE(connected);
   REQUIRE(ticks_before >= 0);
   CHECK(ticks_after - ticks_before < 15);  // resting: a spinning thread takes most of the 60 ticks of 600 ms
