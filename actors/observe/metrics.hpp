@@ -51,6 +51,9 @@ struct MessageStats {
   std::atomic<uint64_t> lane_writes{0};
   // B14: same-host frames whose head (the tensors' addresses) the sending thread wrote.
   std::atomic<uint64_t> heads_by_sender{0};
+  // B15: same-host copies found revoked by their sender after they were made
+  // (their bytes were asked for instead).
+  std::atomic<uint64_t> copies_revoked{0};
   // RJ6 of Note [Rejoin]: messages from a dead life of a peer, refused.
   std::atomic<uint64_t> stale_refused{0};
 

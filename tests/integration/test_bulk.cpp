@@ -30,6 +30,7 @@
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/bulk/bulk_stream.hpp"
+#include "actors/transport/bulk/same_host.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
 #include "actors/transport/tls_session.hpp"
@@ -311,6 +312,68 @@ TEST_CASE("a same-host frame's head leaves from the sending thread and the write
   auto snap = nlohmann::json::parse(castor::detail::inspection_json(castor::testing::runtime(w)));
   CHECK(snap["bulk"]["heads_written_by_sender"].get<uint64_t>() == stats.heads_by_sender.load());
   log = RRef<ArrivalLog>();
+  w.shutdown();
+  CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
+}
+
+// B15: worker1 is frozen with a frame's head (the tensors' addresses) in
+// its socket, so that its copy comes after what the test does meanwhile.
+TEST_CASE("a same-host copy that its sender revoked is never delivered: a live link sends the bytes instead, a broken one nothing, and the caller's reused tensor is not read (B15), plain and TLS") {
+  namespace bulk = castor::detail::bulk;
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  ChildPair pair(tls, "bulk-b15");
+  auto& w = *pair.w;
+  auto& stats = castor::testing::runtime(w).stats;
+  const int child = pair.child->pid();
+  auto warm = at::rand({int64_t(1) << 18});
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
+  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 1; }));  // the link is idle again
+
+  // A revocation while the link stays up (another link of this process
+  // broke): worker1 finds its copy revoked and takes the bytes instead.
+  REQUIRE(pair.child->freeze());
+  auto heads = stats.heads_by_sender.load();
+  auto first = at::full({int64_t(1) << 20}, 3.f);
+  auto echo = w.rpc_async<at::Tensor>("worker1", "identity", first);
+  REQUIRE(stats.heads_by_sender.load() == heads + 1);  // B14: the head left from here, at once
+  bulk::revoke_copies();
+  ::kill(child, SIGCONT);
+  CHECK(at::equal(echo.wait(milliseconds(30000)), first));
+  CHECK(w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 1);
+  // The link is still same-host: the next head leaves from here too, and its copy holds.
+  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 2; }));
+  heads = stats.heads_by_sender.load();
+  auto second = at::full({int64_t(1) << 20}, 4.f);
+  CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", second), second));
+  CHECK(stats.heads_by_sender.load() == heads + 1);
+  CHECK(w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 1);
+
+  // The link breaks while worker1 has not copied yet: the call fails, the
+  // caller writes into its tensor, and worker1, copying after that, must
+  // not run the call on what it finds.
+  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 3; }));
+  REQUIRE(pair.child->freeze());
+  const auto revocations = bulk::revocations_so_far();
+  heads = stats.heads_by_sender.load();
+  auto ones = at::ones({int64_t(1) << 20});
+  auto call = w.rpc_async<bool>("worker1", "remember_sum", ones);
+  REQUIRE(stats.heads_by_sender.load() == heads + 1);
+  castor::testing::runtime(w).bulk->peer_down(1);
+  auto failed = error_of([&] { call.wait(milliseconds(10000)); });
+  CHECK(contains(failed, "the bulk link to worker worker1 broke"));
+  CHECK(bulk::revocations_so_far() == revocations + 1);  // before the caller heard of it
+  ones.fill_(7.f);  // the call failed: the tensor is the caller's again
+  ::kill(child, SIGCONT);
+  CHECK(eventually([&] { return w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 2; }, milliseconds(10000)));
+  CHECK(w.rpc_sync<int64_t>("worker1", "remembered_sum") == 0);
+  // worker1 serves on (through CAF: the broken link is not used again).
+  CHECK(w.rpc_sync<bool>("worker1", "remember_sum", ones));
+  CHECK(w.rpc_sync<int64_t>("worker1", "remembered_sum") == int64_t(7) << 20);
+  auto snap = nlohmann::json::parse(castor::detail::inspection_json(castor::testing::runtime(w)));
+  CHECK(snap["bulk"]["copies_revoked"].get<uint64_t>() == 0);  // worker0 copied nothing revoked
   w.shutdown();
   CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
 }

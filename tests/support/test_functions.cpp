@@ -16,6 +16,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "actors/api/worker.hpp"
+#include "actors/runtime/testing.hpp"
 #include "support/arrival_log.hpp"
 #include "support/mesh_classes.hpp"
 #include "support/test_functions.hpp"
@@ -132,6 +133,20 @@ CASTOR_FUNCTION(spawn_background, [](std::string peer, int64_t ms) {
 });
 
 CASTOR_FUNCTION(finished_count, [] { return castor::test::finished_slow_calls.load(); });
+
+// B15 of Note [Bulk path]: the sum of the last tensor given to
+// remember_sum, for a later call to read; and the worker's count of
+// same-host copies it found revoked.
+namespace castor::test {
+std::atomic<int64_t> remembered_sum{0};
+}
+CASTOR_FUNCTION(remember_sum, [](at::Tensor t) {
+  castor::test::remembered_sum = int64_t(t.sum().item<double>());
+  return true;
+});
+CASTOR_FUNCTION(remembered_sum, [] { return castor::test::remembered_sum.load(); });
+CASTOR_FUNCTION(copies_revoked_here,
+                [] { return int64_t(castor::testing::runtime(current_worker()).stats.copies_revoked.load()); });
 
 // -- RRefs -------------------------------------------------------------------------
 

@@ -81,8 +81,11 @@ Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tenso
 }
 
 void add_addresses(Frame& out) {
+  out.lease.take();  // before any of the head can leave
   out.head[1] = char(kAddresses);
   for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+  put(out.head, revocation_word_address());
+  put(out.head, revocations_so_far());
 }
 
 }  // namespace castor::detail::bulk

@@ -6,12 +6,14 @@
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
 #include <caf/binary_serializer.hpp>
 #include <caf/message.hpp>
 
+#include "actors/transport/bulk/same_host.hpp"
 #include "messages/ids.hpp"
 #include "messages/value.hpp"
 
@@ -30,6 +32,12 @@ inline constexpr uint8_t kBackwardGrad = 3, kBackwardDone = 4, kContextControl =
 inline constexpr uint8_t kLastFrameType = kRRefAck;
 inline constexpr uint8_t kBytesFollow = 0, kAddresses = 1;  // B1 or B7
 inline constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T', kRefused = 'R';
+// B15: the copy may hold freed memory (its sender revoked copies meanwhile):
+// the bytes of this frame follow, and the link stays same-host.
+inline constexpr char kCopyRevoked = 'B';
+// B15: after a head's addresses, the sender's revocation word (its address
+// and the value the head was made with).
+inline constexpr size_t kRevocationBytes = 16;
 inline constexpr int kGreetingLimitSeconds = 5;
 inline constexpr uint64_t kMaxTensorBytes = uint64_t(1) << 46;  // 64 TiB: beyond any machine, far from overflow
 inline constexpr uint64_t kMaxEnvelope = uint64_t(1) << 30;
@@ -76,6 +84,33 @@ void placeholders(Value& v, std::vector<Value*>& out);
 /// (for a message that goes through CAF after all: B11).
 void restore(const std::vector<Value*>& values, std::vector<at::Tensor>& tensors);
 
+/// B15 of Note [Bulk path]: held by a frame from the moment its head of
+/// addresses is made until the receiver's answer says the copy is over. A
+/// frame let go of before then (its link broke or stopped) revokes the
+/// copies in flight, before its tensors can be freed.
+class CopyLease {
+ public:
+  CopyLease() = default;
+  CopyLease(CopyLease&& other) noexcept : held_(std::exchange(other.held_, false)) {}
+  CopyLease& operator=(CopyLease&& other) noexcept {
+    if (this != &other) {
+      give_up();
+      held_ = std::exchange(other.held_, false);
+    }
+    return *this;
+  }
+  ~CopyLease() { give_up(); }
+  void take() { held_ = true; }
+  void answered() { held_ = false; }
+  /// The receiver may still be copying: revoke (once).
+  void give_up() {
+    if (std::exchange(held_, false)) revoke_copies();
+  }
+
+ private:
+  bool held_ = false;
+};
+
 /// One message as a writer sends it.
 struct Frame {
   uint8_t type = 0;
@@ -89,9 +124,13 @@ struct Frame {
   // the write had been its own).
   bool head_written = false;
   int head_error = 0;
+  // Last, so that it goes first: a copy is revoked before the tensors
+  // (and the fallback's references to them) are let go of (B15).
+  CopyLease lease;
 };
 
-/// B7: the head says addresses follow, and ends with the tensors' addresses.
+/// B7: the head says addresses follow, and ends with the tensors' addresses
+/// and (B15) the revocation word; the frame takes its lease.
 void add_addresses(Frame& out);
 
 Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);

@@ -68,8 +68,9 @@ void fail_unsent(Runtime& rt, WorkerId to, Frame& m, const std::string& why) {
 }
 
 // Sends one frame: its head, then (B7) the tensors' addresses and the
-// receiver's answer, or (B1) their bytes. B14: a head that the sending
-// thread wrote already is not written again.
+// receiver's answer, or (B1) their bytes (also after a B7 copy that was
+// revoked meanwhile: B15). B14: a head that the sending thread wrote
+// already is not written again.
 bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
   if (out.head_error) {
     errno = out.head_error;
@@ -82,9 +83,13 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
       if (!link.stream.write_all(out.head.data(), out.head.size())) return false;
     }
     char answer = 0;
-    if (!link.stream.read_all(&answer, 1) || (answer != kCopied && answer != kSendBytes)) return false;
-    send_bytes = answer == kSendBytes;
-    if (send_bytes) link.same_host = false;
+    if (!link.stream.read_all(&answer, 1) || (answer != kCopied && answer != kSendBytes && answer != kCopyRevoked)) {
+      out.lease.give_up();  // B15: now, before the caller hears of the failure and may reuse its tensors
+      return false;
+    }
+    out.lease.answered();
+    send_bytes = answer != kCopied;
+    if (answer == kSendBytes) link.same_host = false;
   } else if (!link.stream.write_all(out.head.data(), out.head.size())) {
     return false;
   }

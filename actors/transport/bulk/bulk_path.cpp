@@ -229,6 +229,26 @@ namespace castor::detail {
 //      seven alternating pairs of the builds without and with it: a 256 KiB
 //      echo 0.88 of its time, 1 MiB 0.92, 4 MiB 0.91 (median ratios), where
 //      sizes it does not touch read 0.95-0.96.
+//  B15. A same-host copy never delivers memory its sender let go of. The
+//      sender keeps a frame's tensors until the receiver's answer (B7); but
+//      a link that breaks or stops under a frame ends the sender's wait
+//      while the receiver may still copy: it may not even have read the
+//      head yet, which lies in its socket before the end of the stream. The
+//      tensors were then freed (and the caller, told the call failed, may
+//      write into its own), and the receiver copied whatever the memory held
+//      by then and delivered it. So each process has one revocation word in
+//      static storage (never freed), and a head of addresses ends with the
+//      word's address and its value when the head was made. A frame holds a
+//      CopyLease from then until an answer comes; a frame let go of without
+//      one revokes copies (the word changes) before its tensors can go and
+//      before its caller hears of the failure. The receiver reads the word
+//      after its copy: changed, the copy may be torn, and it answers
+//      kCopyRevoked: a sender that is still there sends the bytes as in B1
+//      (the link stays same-host), one that gave up never does, and nothing
+//      is delivered. A revocation is rare (a broken or stopping link), and
+//      one word for all links costs an unrelated frame in flight at that
+//      moment one send of its bytes, not its delivery. `castor inspect`
+//      counts the receiver's `copies_revoked`.
 
 using namespace bulk;
 
@@ -304,7 +324,8 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     // B14: a same-host frame's head (the tensors' addresses) leaves from this
     // thread when the link is idle; the writer reads the answer.
     if (!behind && !frame.tensors.empty() && link->same_host &&
-        net::has_send_room(link->stream.fd(), frame.head.size() + 8 * frame.tensors.size() + kSendRoomMargin) &&
+        net::has_send_room(link->stream.fd(),
+                           frame.head.size() + 8 * frame.tensors.size() + kRevocationBytes + kSendRoomMargin) &&
         start_writer(*link)) {
       head_first = true;
     } else if (behind || !frame.tensors.empty() ||

@@ -513,7 +513,8 @@ bool Receiver::read_head(Incoming& in) {
       (mode == kAddresses && !in.same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
     return drop(in, "malformed frame header");
   const size_t addresses = mode == kAddresses ? count : 0;
-  if (!in.fill(kHeadBytes + 8 * size_t(count) + env_len + 8 * addresses)) return false;
+  const size_t tail = mode == kAddresses ? 8 * addresses + kRevocationBytes : 0;
+  if (!in.fill(kHeadBytes + 8 * size_t(count) + env_len + tail)) return false;
   in.begin += kHeadBytes;
   in.lengths.resize(count);
   if (count) std::memcpy(in.lengths.data(), in.buf.get() + in.begin, 8 * size_t(count));
@@ -531,7 +532,12 @@ bool Receiver::read_head(Incoming& in) {
   if (err || in.slots.size() != count) return drop(in, "malformed envelope");
   std::vector<uint64_t> from_addresses(addresses);
   if (addresses) std::memcpy(from_addresses.data(), in.buf.get() + in.begin, 8 * addresses);
-  in.begin += 8 * addresses;
+  uint64_t word_address = 0, word_seen = 0;  // B15
+  if (mode == kAddresses) {
+    word_address = peek<uint64_t>(in.buf.get() + in.begin + 8 * addresses);
+    word_seen = peek<uint64_t>(in.buf.get() + in.begin + 8 * addresses + 8);
+  }
+  in.begin += tail;
   in.received.resize(count);
   for (size_t i = 0; i < count; ++i) {
     auto ext = in.slots[i]->to_external();
@@ -557,10 +563,17 @@ bool Receiver::read_head(Incoming& in) {
   bool copied = addresses > 0;
   for (size_t i = 0; copied && i < count; ++i)
     copied = copy_from_process(in.pid, from_addresses[i], in.received[i].data_ptr(), in.lengths[i]);
+  int why = errno;
+  // B15: a copy that its sender revoked meanwhile may hold freed memory:
+  // the bytes come on the socket instead (or never, from a sender that gave up).
+  bool revoked = copied && !copy_still_valid(in.pid, word_address, word_seen);
+  if (revoked) {
+    copied = false;
+    rt_.stats.copies_revoked.fetch_add(1, std::memory_order_relaxed);
+  }
   if (addresses > 0) {
-    int why = errno;
-    if (!in.answer(copied ? kCopied : kSendBytes)) return drop(in, "closed while copying");
-    if (!copied) {
+    if (!in.answer(copied ? kCopied : revoked ? kCopyRevoked : kSendBytes)) return drop(in, "closed while copying");
+    if (!copied && !revoked) {
       in.same_host = false;
       std::fprintf(stderr, "castor[%s]: cannot read tensors from %s's memory (%s); its link sends bytes\n",
                    rt_.name().c_str(), in.from_name.c_str(), std::strerror(why));

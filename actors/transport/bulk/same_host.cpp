@@ -4,10 +4,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 
 namespace castor::detail::bulk {
 namespace {
@@ -24,6 +26,11 @@ bool copy_span(int pid, uint64_t address, void* into, uint64_t n) {
   }
   return true;
 }
+
+// B15: in static storage with a trivial destructor, so it stays readable
+// for as long as the process lives, whatever else has been torn down.
+std::atomic<uint64_t> revocations{0};
+static_assert(std::is_trivially_destructible_v<std::atomic<uint64_t>>);
 
 }  // namespace
 
@@ -48,6 +55,24 @@ bool copy_from_process(int pid, uint64_t address, void* into, uint64_t n) {
   second.join();
   if (first_ok && !second_ok) errno = second_errno;  // the caller names why from errno
   return first_ok && second_ok;
+}
+
+uint64_t revocation_word_address() { return uint64_t(reinterpret_cast<uintptr_t>(&revocations)); }
+
+uint64_t revocations_so_far() { return revocations.load(); }
+
+void revoke_copies() {
+  revocations.fetch_add(1);
+  // The freeing and reusing stores that follow must not become visible
+  // before the new value (a release alone orders only what came before).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+bool copy_still_valid(int pid, uint64_t address, uint64_t seen) {
+  // The copy's loads before the word's (the sender's fence is the other half).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  uint64_t now = 0;
+  return copy_span(pid, address, &now, sizeof now) && now == seen;
 }
 
 const std::string& host_identity() {

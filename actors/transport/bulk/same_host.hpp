@@ -15,4 +15,16 @@ const std::string& host_identity();
 /// (process_vm_readv); false when the kernel refuses.
 bool copy_from_process(int pid, uint64_t address, void* into, uint64_t n);
 
+/// B15 of Note [Bulk path]: this process's revocation word. A head of
+/// addresses carries its address and the value it had when the head was
+/// made; revoke_copies() changes it, before any tensor whose copy a
+/// receiver may still be making can be freed or reused.
+uint64_t revocation_word_address();
+uint64_t revocations_so_far();
+void revoke_copies();
+
+/// The receiver's side of B15, after its copy: whether the word at
+/// `address` in process `pid` still reads `seen` (false when it cannot be read).
+bool copy_still_valid(int pid, uint64_t address, uint64_t seen);
+
 }  // namespace castor::detail::bulk
