@@ -328,6 +328,12 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
   auto& w = *pair.w;
   auto& stats = castor::testing::runtime(w).stats;
   const int child = pair.child->pid();
+  // A REQUIRE that ends the test with worker1 frozen thaws it on the way
+  // out, so that the shutdown does not wait out a stopped peer.
+  struct Thaw {
+    int pid;
+    ~Thaw() { ::kill(pid, SIGCONT); }
+  } thaw{child};
   auto warm = at::rand({int64_t(1) << 18});
   CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
   REQUIRE(eventually([&] { return stats.bulk_sent.load() == 1; }));  // the link is idle again

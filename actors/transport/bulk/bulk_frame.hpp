@@ -111,8 +111,13 @@ class CopyLease {
   bool held_ = false;
 };
 
-/// One message as a writer sends it.
+/// One message as a writer sends it. Moved, never assigned over: an
+/// assignment would let go of the old tensors before its lease (B15).
 struct Frame {
+  Frame() = default;
+  Frame(Frame&&) = default;
+  Frame& operator=(Frame&&) = delete;
+
   uint8_t type = 0;
   std::vector<char> head;  // type, mode, envelope length, tensor count, tensor lengths, envelope
   std::vector<at::Tensor> tensors;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <optional>
 
 #include <caf/make_message.hpp>
 
@@ -310,7 +311,7 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
   auto* link = link_to(to, how);
   if (!link) return false;
   bool pipelined = type == kRequest && continues_stream(rt_.pending, link, id);
-  Frame frame;
+  std::optional<Frame> frame;  // built in place: a Frame is never assigned over (B15)
   bool head_first = false;
   {
     std::lock_guard<std::mutex> lock(link->mtx);
@@ -318,23 +319,23 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     auto copy = fallback ? fallback() : caf::message{};  // before extract() changes the message
     std::vector<at::Tensor> tensors;
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
-    frame = make_frame(type, encode(), std::move(tensors), id);
-    frame.fallback = std::move(copy);
+    frame.emplace(make_frame(type, encode(), std::move(tensors), id));
+    frame->fallback = std::move(copy);
     bool behind = link->writing || !link->queue.empty() || pipelined;
     // B14: a same-host frame's head (the tensors' addresses) leaves from this
     // thread when the link is idle; the writer reads the answer.
-    if (!behind && !frame.tensors.empty() && link->same_host &&
+    if (!behind && !frame->tensors.empty() && link->same_host &&
         net::has_send_room(link->stream.fd(),
-                           frame.head.size() + 8 * frame.tensors.size() + kRevocationBytes + kSendRoomMargin) &&
+                           frame->head.size() + 8 * frame->tensors.size() + kRevocationBytes + kSendRoomMargin) &&
         start_writer(*link)) {
       head_first = true;
-    } else if (behind || !frame.tensors.empty() ||
-               !net::has_send_room(link->stream.fd(), frame.head.size() + kSendRoomMargin)) {
+    } else if (behind || !frame->tensors.empty() ||
+               !net::has_send_room(link->stream.fd(), frame->head.size() + kSendRoomMargin)) {
       if (!start_writer(*link)) {  // B11: no writer free now: CAF takes the message, whole again
-        restore(values, frame.tensors);
+        restore(values, frame->tensors);
         return false;
       }
-      link->queue.push_back(std::move(frame));
+      link->queue.push_back(std::move(*frame));
       // B12: a thread writing now takes it when done (or hands it to the
       // writer); with none, the writer has it.
       if (!link->writing) link->writer_cv.notify_one();
@@ -343,9 +344,9 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     link->writing = true;
   }
   if (head_first)
-    write_head_then_hand_over(*link, std::move(frame));
+    write_head_then_hand_over(*link, std::move(*frame));
   else
-    write_frames(*link, &frame, 1, true);  // a break fails the message as the writer would (B4)
+    write_frames(*link, &*frame, 1, true);  // a break fails the message as the writer would (B4)
   return true;
 }
 
