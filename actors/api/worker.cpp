@@ -16,6 +16,7 @@
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/caf_config.hpp"
 #include "actors/observe/inspector.hpp"
+#include "actors/cluster/launcher_watch.hpp"
 #include "actors/cluster/rendezvous.hpp"
 #include "actors/hooks/layers.hpp"
 #include "actors/runtime/runtime.hpp"
@@ -83,6 +84,7 @@ Worker::~Worker() {
 }
 
 Worker init_rpc(WorkerOptions opts) {
+  detail::watch_launcher();  // Note [Launcher lifeline]: before anything can wait
   opts = detail::resolve_options(std::move(opts));
   detail::check_tls(opts);  // Note [TLS]: bad files are reported before anything starts
   auto& registry = detail::FunctionRegistry::instance();

@@ -43,8 +43,13 @@
 //      leave the program running after the job). They are remembered (pid
 //      and start time, so a pid used again is never hit): one that ignores
 //      SIGTERM and outlives its worker gets SIGKILL when the grace ends.
+//  L10. A launcher that dies unannounced (SIGKILL, the OOM killer) still
+//      ends its job: each castor worker watches it and, when it ends, gets
+//      the SIGTERM and then the SIGKILL that L8 would have sent (Note
+//      [Launcher lifeline] in actors/cluster/launcher_watch.cpp).
 #include "local_launch.hpp"
 
+#include "actors/cluster/launcher_watch.hpp"
 #include "actors/transport/sockets.hpp"
 #include "config/exec_environment.hpp"
 #include "config/fork_server.hpp"
@@ -303,7 +308,11 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   std::vector<Child> children;
   children.reserve(specs.size());  // L6 replaces a child in place: pointers into it stay valid
   StopSignals stop_signals;  // L8
-  auto start = [](const ProcessSpec& spec) {
+  // L10: each worker watches this launcher (Note [Launcher lifeline]).
+  const std::string launcher = detail::launcher_self_description(grace);
+  auto start = [&launcher](const ProcessSpec& given) {
+    ProcessSpec spec = given;
+    spec.env[detail::kLauncherVariable] = launcher;
     Child c;
     c.name = spec.name;
     c.leader = spec.leader;

@@ -897,6 +897,67 @@ TEST_CASE("a launcher whose caller ignores SIGHUP (nohup) goes on ignoring it, a
   CHECK(reinterpret_cast<void*>(after.sa_handler) == reinterpret_cast<void*>(SIG_IGN));
 }
 
+namespace {
+// The processes `pid` started (from /proc's lists of children).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> found;
+  std::error_code error;
+  fs::directory_iterator task("/proc/" + std::to_string(pid) + "/task", error), end;
+  for (; !error && task != end; task.increment(error)) {
+    std::ifstream children(task->path() / "children");
+    pid_t child = 0;
+    while (children >> child) found.push_back(child);
+  }
+  return found;
+}
+
+// L10: runs `castor` with `args`; once its output holds `ready`, SIGKILLs
+// the launcher (run_castor's child) and waits
+// (bounded) for what it had started to end by itself, before run_castor's
+// clean-up could kill them. Returns what still ran after `limit`, and the
+// launcher's output in `out`.
+std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args, const std::string& ready,
+                                           std::chrono::milliseconds limit, std::string& out, size_t& started) {
+  std::vector<pid_t> left;
+  bool killed = false;
+  auto r = run_castor(args, std::chrono::seconds(120), [&](const std::string& so_far) {
+    if (killed || !contains(so_far, ready)) return;
+    killed = true;
+    std::vector<pid_t> launchers;  // this process's children that run castor (not zombies of earlier tests)
+    std::error_code error;
+    for (auto c : children_of(::getpid()))
+      if (fs::read_symlink("/proc/" + std::to_string(c) + "/exe", error) == fs::canonical(CASTOR_CLI_PATH)) launchers.push_back(c);
+    REQUIRE(launchers.size() == 1);
+    auto workers = children_of(launchers[0]);  // the workers (and the fork server, FS6)
+    started = workers.size();
+    ::kill(launchers[0], SIGKILL);
+    for (auto w : workers)
+      if (!ends_within(w, limit)) left.push_back(w);
+  });
+  out = r.output;
+  CHECK(killed);
+  return left;
+}
+}  // namespace
+
+TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIGTERM from its watch of the launcher, exec'd or forked (L10)") {
+  // A program of the user's (exec'd), and an app (forked from the fork server).
+  std::vector<std::vector<std::string>> jobs{
+      {"run", "-n", "2", CASTOR_LAUNCHED_PATH, "hold"},
+      {"run", "parameter-server", "--workers", "2", "--epochs", "100000", "--limit", "256", "--test-limit", "100",
+       "--no-progress"}};
+  std::vector<std::string> ready{"launched: holding", "parameter server on worker0"};
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    CAPTURE(i);
+    std::string out;
+    size_t started = 0;
+    auto left = left_by_killed_launcher(jobs[i], ready[i], std::chrono::seconds(10), out, started);
+    INFO(out);
+    CHECK(started >= 2);
+    CHECK_MESSAGE(left.empty(), left.size() << " process(es) the launcher started still run 10 s after its SIGKILL");
+  }
+}
+
 TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
   using Getter = int (*)();
   auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));

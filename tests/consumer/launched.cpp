@@ -9,6 +9,8 @@
 //                  first start) SIGKILLs itself when rank 0 calls it; under
 //                  --max-restarts its new life rejoins (README, "Restarts,
 //                  rejoin and checkpoints") and rank 0 calls it again
+//   MODE hold      every rank joins, rank 0 says so, and all wait up to 60 s
+//                  (for a test that kills their launcher meanwhile)
 #include <signal.h>
 
 #include <chrono>
@@ -44,7 +46,11 @@ int main(int argc, char** argv) {
     castor::Worker w = castor::init_rpc_from_env();
     const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
     bool comes_back = max_restarts && std::atoi(max_restarts) > 0;
-    if (w.rank() == 0) {
+    if (mode == "hold") {
+      if (w.rank() == 0) std::printf("launched: holding\n");
+      std::fflush(stdout);
+      for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } else if (w.rank() == 0) {
       int rejoins = 0;
       for (int r = 1; r < w.world_size(); ++r) {
         auto name = w.get_worker_info(int64_t(r)).name;

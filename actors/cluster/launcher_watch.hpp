@@ -1,0 +1,20 @@
+// A worker ends with the launcher that started it, even when the launcher
+// could not say so. See Note [Launcher lifeline] in launcher_watch.cpp.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace castor::detail {
+
+/// LL1: where a launcher names itself to the workers it starts.
+inline constexpr const char* kLauncherVariable = "CASTOR_LAUNCHER";
+
+/// LL1: the value of kLauncherVariable for a launcher whose grace is `grace`.
+std::string launcher_self_description(std::chrono::milliseconds grace);
+
+/// LL2: starts this process's watch of its launcher, once, when the
+/// environment names one; nothing otherwise. Never throws.
+void watch_launcher();
+
+}  // namespace castor::detail
