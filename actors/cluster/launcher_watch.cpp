@@ -51,22 +51,6 @@ struct Launcher {
   long long grace_ms = 0;
 };
 
-// Field 22 of /proc/PID/stat; 0 when the process is gone.
-unsigned long long start_time_of(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  auto name_end = text.rfind(')');  // the name may hold spaces and parentheses
-  if (name_end == std::string::npos || name_end + 2 > text.size()) return 0;
-  std::istringstream fields(text.substr(name_end + 2));
-  std::string skipped;
-  for (int i = 3; i < 22 && fields >> skipped; ++i) {
-  }
-  unsigned long long started = 0;
-  fields >> started;
-  return started;
-}
-
 std::optional<Launcher> parse(const char* text) {
   Launcher l;
   int used = 0;
@@ -91,8 +75,23 @@ std::optional<Launcher> parse(const char* text) {
 
 }  // namespace
 
+unsigned long long process_start_time(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  std::getline(stat, text);
+  auto name_end = text.rfind(')');  // the name may hold spaces and parentheses
+  if (name_end == std::string::npos || name_end + 2 > text.size()) return 0;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string skipped;
+  for (int i = 3; i < 22 && fields >> skipped; ++i) {
+  }
+  unsigned long long started = 0;
+  fields >> started;
+  return started;
+}
+
 std::string launcher_self_description(std::chrono::milliseconds grace) {
-  return std::to_string(::getpid()) + " " + std::to_string(start_time_of(::getpid())) + " " +
+  return std::to_string(::getpid()) + " " + std::to_string(process_start_time(::getpid())) + " " +
          std::to_string(grace.count());
 }
 
@@ -109,7 +108,7 @@ void watch_launcher() {
     }
     int fd = int(::syscall(SYS_pidfd_open, launcher->pid, 0));
     if (fd < 0 && errno != ESRCH) return;  // no pidfds here: no watch (LL2)
-    bool gone = fd < 0 || start_time_of(launcher->pid) != launcher->started;
+    bool gone = fd < 0 || process_start_time(launcher->pid) != launcher->started;
     try {
       std::thread([l = *launcher, fd, gone] {
         ::pthread_setname_np(::pthread_self(), "castor-lifeline");

@@ -2,6 +2,8 @@
 // could not say so. See Note [Launcher lifeline] in launcher_watch.cpp.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <string>
 
@@ -9,6 +11,11 @@ namespace castor::detail {
 
 /// LL1: where a launcher names itself to the workers it starts.
 inline constexpr const char* kLauncherVariable = "CASTOR_LAUNCHER";
+
+/// When process `pid` started (field 22 of /proc/PID/stat, in clock ticks
+/// since boot): with its pid, what names one process for good; 0 when it
+/// is gone.
+unsigned long long process_start_time(pid_t pid);
 
 /// LL1: the value of kLauncherVariable for a launcher whose grace is `grace`.
 std::string launcher_self_description(std::chrono::milliseconds grace);

@@ -72,7 +72,6 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -218,22 +217,6 @@ struct Process {
   unsigned long long started = 0;
 };
 
-// When `pid` started; 0 when it is gone.
-unsigned long long start_time(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  std::getline(stat, text);
-  auto name_end = text.rfind(')');  // the name may hold spaces and parentheses
-  if (name_end == std::string::npos) return 0;
-  std::istringstream fields(text.substr(name_end + 2));
-  std::string field;
-  for (int i = 3; i < 22 && fields >> field; ++i) {
-  }
-  unsigned long long started = 0;
-  fields >> started;
-  return started;
-}
-
 // The processes `pid` started, and theirs, from /proc's lists of children
 // (none where the kernel keeps no such lists). Read when the launcher
 // signals, before the worker ends and its children are orphaned. A task
@@ -251,7 +234,7 @@ std::vector<Process> descendants_of(pid_t pid) {
       std::ifstream children(task->path() / "children");
       pid_t child = 0;
       while (children >> child && found.size() < kMost) {
-        found.push_back(Process{child, start_time(child)});
+        found.push_back(Process{child, detail::process_start_time(child)});
         todo.push_back(child);
       }
     }
@@ -261,7 +244,7 @@ std::vector<Process> descendants_of(pid_t pid) {
 
 // Signals `p` unless it is gone or its pid now names another process.
 void signal_process(const Process& p, int sig) {
-  if (p.started != 0 && start_time(p.pid) == p.started) ::kill(p.pid, sig);
+  if (p.started != 0 && detail::process_start_time(p.pid) == p.started) ::kill(p.pid, sig);
 }
 
 // Note [Fork server], FS2: a launcher that started a fork server is a child
@@ -513,7 +496,7 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   // under a shell that did not) has the rest of the grace, then SIGKILL.
   auto still_running = [&] {
     return std::any_of(signalled.begin(), signalled.end(),
-                       [](const Process& p) { return p.started != 0 && start_time(p.pid) == p.started; });
+                       [](const Process& p) { return p.started != 0 && detail::process_start_time(p.pid) == p.started; });
   };
   if (ending == Ending::terminating)
     while (still_running() && Clock::now() < next_step) ::poll(nullptr, 0, 50);
