@@ -26,41 +26,64 @@ namespace castor::detail {
 // nobody, and its workers ran on with no one to read their output or to end
 // them. So a castor worker watches its launcher:
 //  LL1. The launcher names itself in each worker's environment
-//       (kLauncherVariable: its pid, its start time from /proc/PID/stat and
-//       its grace in milliseconds), for a worker from the fork server as
-//       for one it execs.
+//       (kLauncherVariable: its pid, its start time from /proc/PID/stat,
+//       its grace in milliseconds and its pid and time namespaces), for a
+//       worker from the fork server as for one it execs. A launcher that
+//       cannot read its own start time (no /proc) names nothing.
 //  LL2. init_rpc starts the watch, once per process, before it joins (a
 //       worker waiting for a master that will never come is watched too):
-//       a pidfd of that pid, taken only while the pid still has the start
-//       time named (a pid used again by another process is not the
-//       launcher; once open, a pidfd names one process for good), and one
-//       thread asleep in poll() on it. No pidfds (a kernel older than
-//       5.3): no watch.
-//  LL3. When the launcher ends, the worker gets what a live launcher would
+//       a pidfd of that pid (once open, it names one process for good) and
+//       one thread asleep in poll() on it, its signals blocked.
+//  LL3. Only a launcher seen alive is watched: in the worker's own
+//       namespaces (a worker in a container or under unshare sees another
+//       pid, or the same pid and other start times), with the start time
+//       named (a pid used again is not the launcher). Whatever cannot be
+//       told (no pidfds, no /proc, the launcher already gone, a variable
+//       left to a process started after the job) is not watched: a watch
+//       must never end a worker whose launcher lives.
+//  LL4. When the launcher ends, the worker gets what a live launcher would
 //       have sent it (L8): SIGTERM, so that its handlers run, then SIGKILL
-//       once the grace has passed if it still runs. A launcher already gone
-//       when the watch starts has ended.
-//  LL4. Only castor programs watch. One that a shell worker runs inherits
-//       the variable and watches too; anything else a worker started is
-//       L9's while the launcher lives.
+//       once the grace has passed if it still runs. Its line on stderr
+//       goes to the launcher's pipe, whose reader is gone: the watch's
+//       thread blocks SIGPIPE, so the write fails instead of killing the
+//       worker before its SIGTERM.
+//  LL5. Only processes that call init_rpc watch: a castor program that a
+//       shell worker runs does (it inherits the variable); a program that
+//       is not castor's, or a nested launcher, does not (L9 covers what a
+//       worker started while the launcher lives).
 namespace {
 
 struct Launcher {
   pid_t pid = 0;
   unsigned long long started = 0;
   long long grace_ms = 0;
+  std::string namespaces;
 };
+
+// LL3: this process's pid and time namespaces ("" where unknown).
+std::string namespaces_here() {
+  std::string out;
+  for (const char* ns : {"/proc/self/ns/pid", "/proc/self/ns/time"}) {
+    char link[128] = {0};
+    auto n = ::readlink(ns, link, sizeof link - 1);
+    out += n > 0 ? std::string(link, size_t(n)) : std::string("-");
+    out += ',';
+  }
+  return out;
+}
 
 std::optional<Launcher> parse(const char* text) {
   Launcher l;
   int used = 0;
-  if (std::sscanf(text, "%d %llu %lld%n", &l.pid, &l.started, &l.grace_ms, &used) != 3 || text[used] != '\0' ||
-      l.pid <= 0 || l.started == 0 || l.grace_ms < 0)
+  if (std::sscanf(text, "%d %llu %lld %n", &l.pid, &l.started, &l.grace_ms, &used) != 3 || l.pid <= 0 ||
+      l.started == 0 || l.grace_ms < 0)
     return std::nullopt;
+  l.namespaces = text + used;
+  if (l.namespaces.empty() || l.namespaces.find(' ') != std::string::npos) return std::nullopt;
   return l;
 }
 
-// LL3, on the watch's thread.
+// LL4, on the watch's thread (its signals blocked).
 [[noreturn]] void end_with(const Launcher& l) {
   std::fprintf(stderr,
                "castor (pid %d): its launcher (pid %d) has ended; this worker ends as the launcher would have ended "
@@ -91,8 +114,10 @@ unsigned long long process_start_time(pid_t pid) {
 }
 
 std::string launcher_self_description(std::chrono::milliseconds grace) {
-  return std::to_string(::getpid()) + " " + std::to_string(process_start_time(::getpid())) + " " +
-         std::to_string(grace.count());
+  auto started = process_start_time(::getpid());
+  if (started == 0) return {};  // LL1: no /proc: nothing a worker could check
+  return std::to_string(::getpid()) + " " + std::to_string(started) + " " + std::to_string(grace.count()) + " " +
+         namespaces_here();
 }
 
 void watch_launcher() {
@@ -102,27 +127,36 @@ void watch_launcher() {
     if (!text || !*text) return;
     auto launcher = parse(text);
     if (!launcher) {
-      std::fprintf(stderr, "castor: %s='%s' is not \"PID START GRACE_MS\": the launcher is not watched\n",
+      std::fprintf(stderr, "castor: %s='%s' is not \"PID START GRACE_MS NAMESPACES\": the launcher is not watched\n",
                    kLauncherVariable, text);
       return;
     }
+    if (launcher->namespaces != namespaces_here()) return;  // LL3: its pid means another process here
     int fd = int(::syscall(SYS_pidfd_open, launcher->pid, 0));
-    if (fd < 0 && errno != ESRCH) return;  // no pidfds here: no watch (LL2)
-    bool gone = fd < 0 || process_start_time(launcher->pid) != launcher->started;
+    if (fd < 0) return;  // LL3: no pidfds, or the launcher is gone already
+    if (process_start_time(launcher->pid) != launcher->started) {  // LL3: gone, or not to be told
+      ::close(fd);
+      return;
+    }
+    // LL4: the thread starts with every signal blocked (SIGPIPE above all;
+    // the others go to the process's other threads).
+    sigset_t all, before;
+    ::sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &before);
     try {
-      std::thread([l = *launcher, fd, gone] {
+      std::thread([l = *launcher, fd] {
         ::pthread_setname_np(::pthread_self(), "castor-lifeline");
-        if (!gone) {
-          pollfd p{fd, POLLIN, 0};
-          while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
-          }
+        pollfd p{fd, POLLIN, 0};
+        while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
         }
+        ::close(fd);
         end_with(l);
       }).detach();
     } catch (const std::system_error& e) {  // out of threads: the worker runs unwatched, and says so
-      if (fd >= 0) ::close(fd);
+      ::close(fd);
       std::fprintf(stderr, "castor: cannot watch the launcher (pid %d): %s\n", int(launcher->pid), e.what());
     }
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   });
 }
 

@@ -17,7 +17,8 @@ inline constexpr const char* kLauncherVariable = "CASTOR_LAUNCHER";
 /// is gone.
 unsigned long long process_start_time(pid_t pid);
 
-/// LL1: the value of kLauncherVariable for a launcher whose grace is `grace`.
+/// LL1: the value of kLauncherVariable for a launcher whose grace is
+/// `grace`; empty when it cannot name itself (no /proc).
 std::string launcher_self_description(std::chrono::milliseconds grace);
 
 /// LL2: starts this process's watch of its launcher, once, when the

@@ -295,7 +295,7 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   const std::string launcher = detail::launcher_self_description(grace);
   auto start = [&launcher](const ProcessSpec& given) {
     ProcessSpec spec = given;
-    spec.env[detail::kLauncherVariable] = launcher;
+    if (!launcher.empty()) spec.env[detail::kLauncherVariable] = launcher;
     Child c;
     c.name = spec.name;
     c.leader = spec.leader;

@@ -9,9 +9,12 @@
 //                  first start) SIGKILLs itself when rank 0 calls it; under
 //                  --max-restarts its new life rejoins (README, "Restarts,
 //                  rejoin and checkpoints") and rank 0 calls it again
-//   MODE hold      every rank joins, rank 0 says so, and all wait up to 60 s
-//                  (for a test that kills their launcher meanwhile)
+//   MODE hold DIR  every rank joins, rank 0 says so, and all wait up to 60 s
+//                  (for a test that kills their launcher meanwhile); a
+//                  SIGTERM makes a rank create DIR/rank<R>.term and exit 0
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -22,6 +25,15 @@
 #include <castor.hpp>
 
 bool die_in_call = false;  // die-once, in rank 1's first life
+
+// hold: the file a SIGTERM creates (made before the handler is set: a
+// handler may only make async-signal-safe calls).
+char term_marker[4096];
+extern "C" void on_term(int) {
+  int fd = ::open(term_marker, O_CREAT | O_WRONLY, 0600);
+  if (fd >= 0) ::close(fd);
+  ::_exit(0);
+}
 
 CASTOR_FUNCTION(introduce, [](int64_t from) {
   if (die_in_call) ::raise(SIGKILL);
@@ -47,6 +59,10 @@ int main(int argc, char** argv) {
     const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
     bool comes_back = max_restarts && std::atoi(max_restarts) > 0;
     if (mode == "hold") {
+      if (argc > 2) {
+        std::snprintf(term_marker, sizeof term_marker, "%s/rank%d.term", argv[2], int(w.rank()));
+        ::signal(SIGTERM, on_term);
+      }
       if (w.rank() == 0) std::printf("launched: holding\n");
       std::fflush(stdout);
       for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
