@@ -47,10 +47,11 @@ namespace castor::detail {
 //       goes to the launcher's pipe, whose reader is gone: the watch's
 //       thread blocks SIGPIPE, so the write fails instead of killing the
 //       worker before its SIGTERM.
-//  LL5. Only processes that call init_rpc watch: a castor program that a
-//       shell worker runs does (it inherits the variable); a program that
-//       is not castor's, or a nested launcher, does not (L9 covers what a
-//       worker started while the launcher lives).
+//  LL5. Processes that call init_rpc watch, and launchers (run_processes):
+//       a castor program that a shell worker runs does (it inherits the
+//       variable), and so does a castor run in a worker, whose stop (L8)
+//       then ends its own job; a program that is not castor's does not
+//       (L9 covers what a worker started while the launcher lives).
 namespace {
 
 struct Launcher {

@@ -22,7 +22,8 @@ unsigned long long process_start_time(pid_t pid);
 std::string launcher_self_description(std::chrono::milliseconds grace);
 
 /// LL2: starts this process's watch of its launcher, once, when the
-/// environment names one; nothing otherwise. Never throws.
+/// environment names one (init_rpc, and a launcher that a worker started);
+/// nothing otherwise. Never throws.
 void watch_launcher();
 
 }  // namespace castor::detail

@@ -46,7 +46,9 @@
 //  L10. A launcher that dies unannounced (SIGKILL, the OOM killer) still
 //      ends its job: each castor worker watches it and, when it ends, gets
 //      the SIGTERM and then the SIGKILL that L8 would have sent (Note
-//      [Launcher lifeline] in actors/cluster/launcher_watch.cpp).
+//      [Launcher lifeline] in actors/cluster/launcher_watch.cpp). So does
+//      a launcher started by a worker of another job's (a nested castor
+//      run): the outer launcher's end is its L8 stop.
 #include "local_launch.hpp"
 
 #include "actors/cluster/launcher_watch.hpp"
@@ -291,7 +293,10 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   std::vector<Child> children;
   children.reserve(specs.size());  // L6 replaces a child in place: pointers into it stay valid
   StopSignals stop_signals;  // L8
-  // L10: each worker watches this launcher (Note [Launcher lifeline]).
+  // L10: each worker watches this launcher (Note [Launcher lifeline]), and
+  // a launcher that a worker of another started (castor run in a job)
+  // watches that one: its end is this launcher's SIGTERM, an L8 stop.
+  detail::watch_launcher();
   const std::string launcher = detail::launcher_self_description(grace);
   auto start = [&launcher](const ProcessSpec& given) {
     ProcessSpec spec = given;

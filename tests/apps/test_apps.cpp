@@ -899,15 +899,20 @@ TEST_CASE("a launcher whose caller ignores SIGHUP (nohup) goes on ignoring it, a
 }
 
 namespace {
-// The processes `pid` started (from /proc's lists of children).
-std::vector<pid_t> children_of(pid_t pid) {
+// The processes `pid` started (from /proc's lists of children), and with
+// `all`, theirs too.
+std::vector<pid_t> children_of(pid_t pid, bool all = false) {
   std::vector<pid_t> found;
   std::error_code error;
   fs::directory_iterator task("/proc/" + std::to_string(pid) + "/task", error), end;
   for (; !error && task != end; task.increment(error)) {
     std::ifstream children(task->path() / "children");
     pid_t child = 0;
-    while (children >> child) found.push_back(child);
+    while (children >> child) {
+      found.push_back(child);
+      if (all)
+        for (auto grandchild : children_of(child, true)) found.push_back(grandchild);
+    }
   }
   return found;
 }
@@ -930,7 +935,7 @@ std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args,
       if (fs::read_symlink("/proc/" + std::to_string(c) + "/exe", error) == fs::canonical(CASTOR_CLI_PATH)) launchers.push_back(c);
     CHECK(launchers.size() == 1);  // not REQUIRE: run_castor must go on to its clean-up
     if (launchers.size() != 1) return;
-    auto workers = children_of(launchers[0]);  // the workers (and the fork server, FS6)
+    auto workers = children_of(launchers[0], true);  // the workers, theirs (and the fork server, FS6)
     started = workers.size();
     ::kill(launchers[0], SIGKILL);
     for (auto w : workers)
@@ -942,17 +947,21 @@ std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args,
 }
 }  // namespace
 
-TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIGTERM from its watch of the launcher, its handler runs, exec'd or forked (L10)") {
+TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIGTERM from its watch of the launcher, its handler runs, exec'd, forked or under a nested castor run (L10)") {
   auto markers = fs::temp_directory_path() / ("castor-l10-" + std::to_string(::getpid()));
   fs::remove_all(markers);
   fs::create_directories(markers);
-  // A program of the user's (exec'd; its SIGTERM handler leaves a file), and
-  // an app (forked from the fork server).
+  // A program of the user's (exec'd; its SIGTERM handler leaves a file), an
+  // app (forked from the fork server), and a castor run in a worker of
+  // another (LL5: its workers' handlers leave theirs).
   std::vector<std::vector<std::string>> jobs{
       {"run", "-n", "2", CASTOR_LAUNCHED_PATH, "hold", markers.string()},
+      {"run", "-n", "1", "/bin/sh", "-c",
+       std::string(CASTOR_CLI_PATH) + " run -n 2 " + CASTOR_LAUNCHED_PATH + " hold " + (markers / "nested").string()},
       {"run", "parameter-server", "--workers", "2", "--epochs", "100000", "--limit", "256", "--test-limit", "100",
        "--no-progress"}};
-  std::vector<std::string> ready{"launched: holding", "parameter server on worker0"};
+  std::vector<std::string> ready{"launched: holding", "launched: holding", "parameter server on worker0"};
+  fs::create_directories(markers / "nested");
   for (size_t i = 0; i < jobs.size(); ++i) {
     CAPTURE(i);
     std::string out;
@@ -963,8 +972,10 @@ TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIG
     CHECK_MESSAGE(left.empty(), left.size() << " process(es) the launcher started still run 10 s after its SIGKILL");
   }
   // LL4: a SIGTERM, not a SIGPIPE from the worker's line to the dead launcher's pipe.
-  CHECK(fs::exists(markers / "rank0.term"));
-  CHECK(fs::exists(markers / "rank1.term"));
+  for (auto* job : {"", "nested"}) {
+    CHECK(fs::exists(markers / job / "rank0.term"));
+    CHECK(fs::exists(markers / job / "rank1.term"));
+  }
   fs::remove_all(markers);
 }
 

@@ -55,14 +55,16 @@ int main(int argc, char** argv) {
     const char* life = std::getenv("CASTOR_INCARNATION");
     bool first_life = (!restart || std::string(restart) == "0") && (!life || std::string(life) == "1");
     die_in_call = mode == "die-once" && rank_one && first_life;
+    // hold: from before it joins, so that a SIGTERM at any moment after
+    // the test saw the world formed finds the handler set.
+    if (mode == "hold" && argc > 2) {
+      std::snprintf(term_marker, sizeof term_marker, "%s/rank%s.term", argv[2], rank ? rank : "-");
+      ::signal(SIGTERM, on_term);
+    }
     castor::Worker w = castor::init_rpc_from_env();
     const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
     bool comes_back = max_restarts && std::atoi(max_restarts) > 0;
     if (mode == "hold") {
-      if (argc > 2) {
-        std::snprintf(term_marker, sizeof term_marker, "%s/rank%d.term", argv[2], int(w.rank()));
-        ::signal(SIGTERM, on_term);
-      }
       if (w.rank() == 0) std::printf("launched: holding\n");
       std::fflush(stdout);
       for (int i = 0; i < 600; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
