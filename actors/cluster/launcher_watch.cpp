@@ -49,9 +49,11 @@ namespace castor::detail {
 //       worker before its SIGTERM.
 //  LL5. Processes that call init_rpc watch, and launchers (run_processes):
 //       a castor program that a shell worker runs does (it inherits the
-//       variable), and so does a castor run in a worker, whose stop (L8)
-//       then ends its own job; a program that is not castor's does not
-//       (L9 covers what a worker started while the launcher lives).
+//       variable), and so does a castor run in a worker. A launcher is sent
+//       no signal: the end of its own launcher is an L8 stop of its job
+//       (one stop, with its grace and L9's sweep, however it is between or
+//       after rounds). A program that is not castor's does not watch (L9
+//       covers what a worker started while the launcher lives).
 namespace {
 
 struct Launcher {
@@ -61,7 +63,7 @@ struct Launcher {
   std::string namespaces;
 };
 
-// LL3: this process's pid and time namespaces ("" where unknown).
+// LL3: this process's pid and time namespaces ("-" where unknown).
 std::string namespaces_here() {
   std::string out;
   for (const char* ns : {"/proc/self/ns/pid", "/proc/self/ns/time"}) {
@@ -121,9 +123,9 @@ std::string launcher_self_description(std::chrono::milliseconds grace) {
          namespaces_here();
 }
 
-void watch_launcher() {
+void watch_launcher(void (*on_end)()) {
   static std::once_flag once;
-  std::call_once(once, [] {
+  std::call_once(once, [on_end] {
     const char* text = std::getenv(kLauncherVariable);
     if (!text || !*text) return;
     auto launcher = parse(text);
@@ -140,20 +142,22 @@ void watch_launcher() {
       return;
     }
     // LL4: the thread starts with every signal blocked (SIGPIPE above all;
-    // the others go to the process's other threads).
+    // the others go to the process's other threads); this one's mask is
+    // put back whatever happens.
     sigset_t all, before;
     ::sigfillset(&all);
     ::pthread_sigmask(SIG_BLOCK, &all, &before);
     try {
-      std::thread([l = *launcher, fd] {
+      std::thread([l = *launcher, fd, on_end] {
         ::pthread_setname_np(::pthread_self(), "castor-lifeline");
         pollfd p{fd, POLLIN, 0};
         while (::poll(&p, 1, -1) < 0 && errno == EINTR) {
         }
         ::close(fd);
+        if (on_end) return on_end();  // LL5
         end_with(l);
       }).detach();
-    } catch (const std::system_error& e) {  // out of threads: the worker runs unwatched, and says so
+    } catch (const std::exception& e) {  // out of threads or memory: the worker runs unwatched, and says so
       ::close(fd);
       std::fprintf(stderr, "castor: cannot watch the launcher (pid %d): %s\n", int(launcher->pid), e.what());
     }

@@ -22,8 +22,10 @@ unsigned long long process_start_time(pid_t pid);
 std::string launcher_self_description(std::chrono::milliseconds grace);
 
 /// LL2: starts this process's watch of its launcher, once, when the
-/// environment names one (init_rpc, and a launcher that a worker started);
-/// nothing otherwise. Never throws.
-void watch_launcher();
+/// environment names one; nothing otherwise. When the launcher ends, LL4
+/// (a worker: init_rpc), or `on_end` on the watch's thread (LL5: a launcher
+/// that a worker started stops its own job). The first call decides. Never
+/// throws.
+void watch_launcher(void (*on_end)() = nullptr);
 
 }  // namespace castor::detail

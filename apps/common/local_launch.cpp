@@ -48,7 +48,7 @@
 //      the SIGTERM and then the SIGKILL that L8 would have sent (Note
 //      [Launcher lifeline] in actors/cluster/launcher_watch.cpp). So does
 //      a launcher started by a worker of another job's (a nested castor
-//      run): the outer launcher's end is its L8 stop.
+//      run): the outer launcher's end is an L8 stop of its job (LL5).
 #include "local_launch.hpp"
 
 #include "actors/cluster/launcher_watch.hpp"
@@ -184,11 +184,25 @@ extern "C" void note_stop_signal(int sig) {
 // ignores stays ignored (nohup's SIGHUP: the job goes on, and its workers
 // inherit the ignoring). spawn() gives each child the defaults back for
 // the handled ones before it execs.
+// LL5 of Note [Launcher lifeline]: the launcher that started this one has
+// ended (set on the watch's thread). A stop of the job, as if by SIGTERM,
+// in the round that runs and in any round after it.
+std::atomic<bool> outer_launcher_gone{false};
+
+void outer_launcher_ended() {
+  outer_launcher_gone.store(true);
+  if (stop_signals_seen.load() > 0) return;  // stopping already: not a second stop
+  stop_signal.store(SIGTERM);
+  int none = 0;
+  stop_signals_seen.compare_exchange_strong(none, 1);
+}
+
 class StopSignals {
  public:
   StopSignals() {
-    stop_signal = 0;
-    stop_signals_seen = 0;
+    bool gone = outer_launcher_gone.load();  // LL5: a round after the outer launcher's end stops at once
+    stop_signal = gone ? SIGTERM : 0;
+    stop_signals_seen = gone ? 1 : 0;
     struct sigaction action {};
     action.sa_handler = note_stop_signal;
     action.sa_flags = SA_RESTART;      // the launcher's own writes are not cut short
@@ -295,8 +309,8 @@ LaunchResult run_processes(const std::vector<ProcessSpec>& specs, std::chrono::m
   StopSignals stop_signals;  // L8
   // L10: each worker watches this launcher (Note [Launcher lifeline]), and
   // a launcher that a worker of another started (castor run in a job)
-  // watches that one: its end is this launcher's SIGTERM, an L8 stop.
-  detail::watch_launcher();
+  // watches that one: its end is an L8 stop of this job (LL5).
+  detail::watch_launcher(outer_launcher_ended);
   const std::string launcher = detail::launcher_self_description(grace);
   auto start = [&launcher](const ProcessSpec& given) {
     ProcessSpec spec = given;

@@ -979,38 +979,47 @@ TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIG
   fs::remove_all(markers);
 }
 
-TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused, foreign or garbled one leaves it running (LL3)") {
-  // A process that has ended: its pid names nothing (or, later, another process).
-  pid_t ended = ::fork();
+TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused, foreign or garbled one leaves it running, the one named ends it (LL3, LL4)") {
+  // The named launcher is a `sleep 0.5` the worker's shell starts: it ends
+  // while the worker lingers 2 s, which ends the worker only if it watched it.
+  pid_t ended = ::fork();  // a process that has ended: its pid names nothing (or, later, another)
   if (ended == 0) ::_exit(0);
   REQUIRE(ended > 0);
   REQUIRE(::waitpid(ended, nullptr, 0) == ended);
-  auto here = castor::detail::launcher_self_description(std::chrono::milliseconds(100));  // this process, alive
+  auto here = castor::detail::launcher_self_description(std::chrono::milliseconds(100));
   REQUIRE_FALSE(here.empty());
-  auto fields = [&](size_t from) {  // `here` from its field `from` on (0: pid, 1: start, 2: grace, 3: namespaces)
-    size_t at = 0;
-    for (size_t i = 0; i < from; ++i) at = here.find(' ', at) + 1;
-    return here.substr(at);
+  const std::string namespaces = here.substr(here.rfind(' ') + 1);  // this process's, and so the worker's
+  struct Case {
+    std::string launcher;  // shell words; $v is the sleep's pid, $s its start time
+    bool watched;
   };
-  std::vector<std::string> named{
-      std::to_string(ended) + " " + fields(1),                  // gone
-      std::to_string(::getpid()) + " 1 " + fields(2),           // alive, but another start: a pid used again
-      fields(0).substr(0, here.rfind(' ')) + " pid:[1],time:[1],",  // alive, seen from other namespaces
-      "12 apples"};                                             // garbled
-  for (const auto& value : named) {
-    CAPTURE(value);
+  std::vector<Case> cases{
+      {std::to_string(ended) + " 1 100 " + namespaces, false},  // gone
+      {"$v $((s+1)) 100 " + namespaces, false},                  // another start: a pid used again
+      {"$v $s 100 pid:[1],time:[1],", false},                     // seen from other namespaces
+      {"12 apples", false},                                       // garbled
+      {"$v $s 100 " + namespaces, true}};                         // the one named, alive, then ended
+  for (const auto& c : cases) {
+    CAPTURE(c.launcher);
     auto port = std::to_string(castor::apps::free_local_port());
     std::vector<castor::apps::ProcessSpec> specs{
-        shell("rank0", "RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " CASTOR_LAUNCHER='" + value +
-                           "' exec " + CASTOR_LAUNCHED_PATH + " ok",
+        shell("rank0", "sleep 0.5 & v=$!; s=$(cut -d' ' -f22 /proc/$v/stat); RANK=0 WORLD_SIZE=1 "
+                       "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " CASTOR_LAUNCHER=\"" + c.launcher + "\" exec " +
+                           CASTOR_LAUNCHED_PATH + " linger",
               true)};
     castor::apps::LaunchResult result;
     auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
     INFO(out);
-    CHECK(result.exit_code == 0);
-    CHECK(contains(out, "launched: done"));
-    CHECK(contains(out, "is not \"PID START GRACE_MS NAMESPACES\"") == (value == "12 apples"));
-    CHECK_FALSE(contains(out, "its launcher"));
+    CHECK(contains(out, "is not \"PID START GRACE_MS NAMESPACES\"") == (c.launcher == "12 apples"));
+    if (c.watched) {  // LL4: SIGTERM once the sleep ended, before the 2 s were over
+      CHECK(result.exit_code != 0);
+      CHECK(contains(out, "its launcher (pid "));
+      CHECK_FALSE(contains(out, "launched: done"));
+    } else {
+      CHECK(result.exit_code == 0);
+      CHECK(contains(out, "launched: done"));
+      CHECK_FALSE(contains(out, "its launcher"));
+    }
   }
 }
 

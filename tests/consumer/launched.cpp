@@ -9,6 +9,7 @@
 //                  first start) SIGKILLs itself when rank 0 calls it; under
 //                  --max-restarts its new life rejoins (README, "Restarts,
 //                  rejoin and checkpoints") and rank 0 calls it again
+//   MODE linger    as ok, after 2 s of waiting once joined
 //   MODE hold DIR  every rank joins, rank 0 says so, and all wait up to 60 s
 //                  (for a test that kills their launcher meanwhile); a
 //                  SIGTERM makes a rank create DIR/rank<R>.term and exit 0
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     castor::Worker w = castor::init_rpc_from_env();
     const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
     bool comes_back = max_restarts && std::atoi(max_restarts) > 0;
+    if (mode == "linger") std::this_thread::sleep_for(std::chrono::seconds(2));
     if (mode == "hold") {
       if (w.rank() == 0) std::printf("launched: holding\n");
       std::fflush(stdout);
