@@ -179,11 +179,6 @@ extern "C" void note_stop_signal(int sig) {
   stop_signals_seen.fetch_add(1);
 }
 
-// L8's handlers for the length of one run, the caller's put back after it
-// (a test runner's crash handlers, or the defaults). A signal the caller
-// ignores stays ignored (nohup's SIGHUP: the job goes on, and its workers
-// inherit the ignoring). spawn() gives each child the defaults back for
-// the handled ones before it execs.
 // LL5 of Note [Launcher lifeline]: the launcher that started this one has
 // ended (set on the watch's thread). A stop of the job, as if by SIGTERM,
 // in the round that runs and in any round after it.
@@ -197,6 +192,11 @@ void outer_launcher_ended() {
   stop_signals_seen.compare_exchange_strong(none, 1);
 }
 
+// L8's handlers for the length of one run, the caller's put back after it
+// (a test runner's crash handlers, or the defaults). A signal the caller
+// ignores stays ignored (nohup's SIGHUP: the job goes on, and its workers
+// inherit the ignoring). spawn() gives each child the defaults back for
+// the handled ones before it execs.
 class StopSignals {
  public:
   StopSignals() {
