@@ -44,7 +44,9 @@ namespace castor::detail {
 //  D3 Bounded: a greeting has greeting_timeout to finish (TLS handshake
 //     included); at most max_pending greet at once (the oldest is closed
 //     when one more comes), at most max_pending_per_host from one host. A
-//     slow or silent stranger costs one socket for a few seconds, no thread.
+//     host is its IPv4 address, or its IPv6 /64 (net::network_of): one
+//     machine has a whole /64 to connect from. A slow or silent stranger
+//     costs one socket for a few seconds, no thread.
 //  D4 Without a secret the key is public: the greeting still keeps out all
 //     that is not castor (scanners, garbage, other protocols, crafted BASP
 //     headers), but not a stranger who implements castor's greeting. Only a
@@ -119,6 +121,7 @@ struct Door::Greeting {
   int fd = -1;  // -1 once it ended (admitted or refused); erased after the batch
   Listener* from = nullptr;
   std::string peer;
+  std::string network;  // D3's key: the peer's host, an IPv6 peer's /64
   net::Deadline deadline;
   door::Nonce server_nonce{};
   door::ClientHello hello{};
@@ -177,8 +180,7 @@ void Door::run() {
   // Ends a greeting: off epoll, off the per-host count, erased after the batch.
   auto end = [&](Greeting& g) {
     ::epoll_ctl(L.epoll_fd, EPOLL_CTL_DEL, g.fd, nullptr);
-    auto host = net::host_part(g.peer);
-    if (auto it = L.greeting_by_host.find(host); it != L.greeting_by_host.end() && --it->second == 0)
+    if (auto it = L.greeting_by_host.find(g.network); it != L.greeting_by_host.end() && --it->second == 0)
       L.greeting_by_host.erase(it);
     g.fd = -1;
     --L.live;
@@ -299,10 +301,10 @@ void Door::run() {
       g.deadline = net::Clock::now() + opts_.greeting_timeout;
       g.server_nonce = door::random_nonce();
       ++L.live;
-      auto host = net::host_part(g.peer);
-      if (++L.greeting_by_host[host] > opts_.max_pending_per_host) {
+      g.network = net::network_of(net::host_part(g.peer));
+      if (++L.greeting_by_host[g.network] > opts_.max_pending_per_host) {
         refuse(g, Refusal::overload,
-               "more than " + std::to_string(opts_.max_pending_per_host) + " connections from " + host +
+               "more than " + std::to_string(opts_.max_pending_per_host) + " connections from " + g.network +
                    " are greeting at once");
         continue;
       }

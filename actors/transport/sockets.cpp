@@ -207,6 +207,26 @@ std::string peer_address(int fd) {
 
 std::string host_part(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
+// One machine or site is given a whole /64 of IPv6 addresses (the prefix
+// SLAAC and every ISP assign), so a stranger can connect from as many
+// addresses as it likes within one: counted per address, it would take any
+// share D3 leaves a host. So the door counts an IPv6 peer by its /64.
+std::string network_of(const std::string& host) {
+  in6_addr a6{};
+  if (::inet_pton(AF_INET6, host.c_str(), &a6) != 1) return host;
+  if (IN6_IS_ADDR_V4MAPPED(&a6)) {  // a dual-stack listener's IPv4 peer
+    in_addr a4{};
+    std::memcpy(&a4, &a6.s6_addr[12], sizeof a4);
+    char v4[INET_ADDRSTRLEN] = "?";
+    ::inet_ntop(AF_INET, &a4, v4, sizeof v4);
+    return v4;
+  }
+  std::memset(&a6.s6_addr[8], 0, 8);
+  char v6[INET6_ADDRSTRLEN] = "?";
+  ::inet_ntop(AF_INET6, &a6, v6, sizeof v6);
+  return std::string(v6) + "/64";
+}
+
 uint16_t local_port(int fd) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;

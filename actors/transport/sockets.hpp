@@ -58,6 +58,12 @@ bool has_send_room(int fd, size_t bytes);
 /// "10.0.0.9:51234" of the peer (or "?"); the host part alone.
 std::string peer_address(int fd);
 std::string host_part(const std::string& address);
+/// The network a host (host_part's form) is counted under by the door's
+/// bounds per host (D3 of Note [The door]) and the refusal log's counts
+/// (R2): an IPv4 address as it is, an IPv4-mapped IPv6 address as its IPv4
+/// address, any other IPv6 address as its /64 ("2001:db8:1:2::/64"), and
+/// what is neither as it is.
+std::string network_of(const std::string& host);
 uint16_t local_port(int fd);
 
 /// A TCP port on 127.0.0.1 that is free now, for a local job's or a test's

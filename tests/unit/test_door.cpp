@@ -48,7 +48,8 @@ door::Key key(const std::string& s) { return door::Key{s}; }
 
 // A door on 127.0.0.1 that keeps what it admits.
 struct TestDoor {
-  explicit TestDoor(const std::string& secret, std::chrono::milliseconds timeout = 2000ms, size_t per_host = 32) {
+  explicit TestDoor(const std::string& secret, std::chrono::milliseconds timeout = 2000ms, size_t per_host = 32,
+                    const std::string& host = "127.0.0.1") {
     DoorOptions o;
     o.worker = "test";
     o.key = key(secret);
@@ -56,7 +57,7 @@ struct TestDoor {
     o.greeting_timeout = timeout;
     o.max_pending_per_host = per_host;
     door = std::make_unique<Door>(std::move(o));
-    port = door->listen("127.0.0.1", 0, false, door::Purpose::basp, false, [this](Admitted a) {
+    port = door->listen(host, 0, false, door::Purpose::basp, false, [this](Admitted a) {
       std::lock_guard<std::mutex> lock(mtx);
       admitted.push_back(a.fd);
     });
@@ -208,6 +209,61 @@ TEST_CASE("door: one host cannot hold more greetings open than its share, others
   auto ok = dial_with("", d.port);
   CHECK(ok.ok());
   if (ok.ok()) ::close(ok.fd);
+}
+
+TEST_CASE("door: a host is counted by its network, an IPv4 address or an IPv6 /64 (D3)") {
+  CHECK(net::network_of("10.0.0.9") == "10.0.0.9");
+  CHECK(net::network_of("::ffff:127.0.0.1") == "127.0.0.1");  // a dual-stack listener's IPv4 peer
+  CHECK(net::network_of("2001:db8:1:2:aaaa:bbbb:cccc:dddd") == "2001:db8:1:2::/64");
+  CHECK(net::network_of("2001:db8:1:2::1") == "2001:db8:1:2::/64");
+  CHECK(net::network_of("2001:db8:1:2:ffff:ffff:ffff:ffff") == "2001:db8:1:2::/64");
+  CHECK(net::network_of("2001:db8:1:3::1") == "2001:db8:1:3::/64");
+  CHECK(net::network_of("::1") == "::/64");
+  CHECK(net::network_of("fe80::1c2d:3eff:fe4f:5a6b") == "fe80::/64");
+  CHECK(net::network_of("?") == "?");  // getpeername failed: as it is
+  CHECK(net::network_of("") == "");
+}
+
+// A socket from `source` (a loopback address: all of 127/8 is this host's)
+// connected to `port` on 127.0.0.1, or -1.
+int connect_from(const char* source, uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in from{}, to{};
+  from.sin_family = to.sin_family = AF_INET;
+  ::inet_pton(AF_INET, source, &from.sin_addr);
+  ::inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(port);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+TEST_CASE("door: on a dual-stack listener an IPv4 peer is counted by its IPv4 address, not by its mapped /64") {
+  // Counted by the mapped address's /64 (::/64, as ::1), every IPv4 peer of
+  // a dual-stack door would share one host's share.
+  TestDoor d("", 5000ms, 4, "::");
+  std::vector<int> silent;
+  for (int i = 0; i < 6; ++i) {
+    int fd = connect_from("127.0.0.1", d.port);
+    REQUIRE(fd >= 0);
+    silent.push_back(fd);
+  }
+  CHECK(castor::test::eventually([&] { return refused(*d.door, Refusal::overload) == 2; }, 3s));
+  for (const char* other : {"127.0.0.2", "127.0.0.3"}) {
+    int fd = connect_from(other, d.port);
+    REQUIRE(fd >= 0);
+    silent.push_back(fd);
+  }
+  // Another host's greetings are its own: none of them refused, and the
+  // first host's four still greet (none closed).
+  std::this_thread::sleep_for(200ms);
+  CHECK(refused(*d.door, Refusal::overload) == 2);
+  CHECK(refused(*d.door, Refusal::closed) == 0);
+  for (int fd : silent) ::close(fd);
+  CHECK(castor::test::eventually([&] { return refused(*d.door, Refusal::closed) == 6; }, 3s));
 }
 
 // The CPU time (user + system, in clock ticks) of the thread whose stat
