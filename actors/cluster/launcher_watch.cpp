@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -54,6 +55,17 @@ namespace castor::detail {
 //       (one stop, with its grace and L9's sweep, however it is between or
 //       after rounds). A program that is not castor's does not watch (L9
 //       covers what a worker started while the launcher lives).
+//  LL6. Before init_rpc there is no watch, and a launcher that dies then
+//       would leave a worker busy with its own start (loading its data)
+//       running on. So a worker the launcher execs gets a death signal
+//       between fork and exec (PR_SET_PDEATHSIG: SIGTERM when the
+//       launcher's thread that started it ends; it lasts across exec), and
+//       a child whose launcher ended before that ends at once. Its watch
+//       takes over: once the launcher is verified (LL3), a worker whose
+//       parent it is drops the SIGTERM so that one end is not two stops.
+//       The signal reaches only the launcher's children: a worker forked
+//       from the fork server, or a program under a worker's shell, still
+//       has LL3's hole before init_rpc.
 namespace {
 
 struct Launcher {
@@ -141,6 +153,11 @@ void watch_launcher(void (*on_end)()) {
       ::close(fd);
       return;
     }
+    // LL6: the pidfd is open on the launcher seen alive, so from here the
+    // watch sees its end; the death signal it gave us would be a second.
+    int death_signal = 0;
+    if (::getppid() == launcher->pid && ::prctl(PR_GET_PDEATHSIG, &death_signal) == 0 && death_signal == SIGTERM)
+      ::prctl(PR_SET_PDEATHSIG, 0);
     // LL4: the thread starts with every signal blocked (SIGPIPE above all;
     // the others go to the process's other threads); this one's mask is
     // put back whatever happens.

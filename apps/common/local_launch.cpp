@@ -142,6 +142,7 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   sigset_t all, before;
   ::sigfillset(&all);
   ::pthread_sigmask(SIG_SETMASK, &all, &before);
+  const pid_t launcher = ::getpid();
   pid_t pid = ::fork();
   if (pid != 0) {
     ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
@@ -154,6 +155,12 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
     action.sa_flags = 0;
     ::sigaction(sig, &action, nullptr);
   }
+  // LL6 of Note [Launcher lifeline]: until its watch starts, the child
+  // gets a SIGTERM when this thread ends (run_processes's, which waits for
+  // every child it starts), delivered once its mask is put back; if the
+  // launcher has ended already (the child was adopted), it ends at once.
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (::getppid() != launcher) ::_exit(128 + SIGTERM);
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::dup2(out_fd, 1);
   ::dup2(out_fd, 2);

@@ -917,17 +917,17 @@ std::vector<pid_t> children_of(pid_t pid, bool all = false) {
   return found;
 }
 
-// L10: runs `castor` with `args`; once its output holds `ready`, SIGKILLs
+// L10: runs `castor` with `args`; once its output holds each of `ready`, SIGKILLs
 // the launcher (run_castor's child) and waits
 // (bounded) for what it had started to end by itself, before run_castor's
 // clean-up could kill them. Returns what still ran after `limit`, and the
 // launcher's output in `out`.
-std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args, const std::string& ready,
+std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args, const std::vector<std::string>& ready,
                                            std::chrono::milliseconds limit, std::string& out, size_t& started) {
   std::vector<pid_t> left;
   bool killed = false;
   auto r = run_castor(args, std::chrono::seconds(120), [&](const std::string& so_far) {
-    if (killed || !contains(so_far, ready)) return;
+    if (killed || !std::all_of(ready.begin(), ready.end(), [&](const auto& r) { return contains(so_far, r); })) return;
     killed = true;
     std::vector<pid_t> launchers;  // this process's children that run castor (not zombies of earlier tests)
     std::error_code error;
@@ -966,7 +966,7 @@ TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIG
     CAPTURE(i);
     std::string out;
     size_t started = 0;
-    auto left = left_by_killed_launcher(jobs[i], ready[i], std::chrono::seconds(10), out, started);
+    auto left = left_by_killed_launcher(jobs[i], {ready[i]}, std::chrono::seconds(10), out, started);
     INFO(out);
     CHECK(started >= 2);
     CHECK_MESSAGE(left.empty(), left.size() << " process(es) the launcher started still run 10 s after its SIGKILL");
@@ -976,6 +976,25 @@ TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIG
     CHECK(fs::exists(markers / job / "rank0.term"));
     CHECK(fs::exists(markers / job / "rank1.term"));
   }
+  fs::remove_all(markers);
+}
+
+TEST_CASE("a launcher SIGKILLed while its workers are busy before init_rpc still ends them: the death signal it gave each (LL6)") {
+  // Before init_rpc no watch runs: each exec'd worker has the launcher's
+  // death signal instead (PR_SET_PDEATHSIG, set between fork and exec).
+  auto markers = fs::temp_directory_path() / ("castor-ll6-" + std::to_string(::getpid()));
+  fs::remove_all(markers);
+  fs::create_directories(markers);
+  std::string out;
+  size_t started = 0;
+  auto left = left_by_killed_launcher({"run", "-n", "2", CASTOR_LAUNCHED_PATH, "early", markers.string()},
+                                      {"rank 0 waits before it joins", "rank 1 waits before it joins"},
+                                      std::chrono::seconds(10), out, started);
+  INFO(out);
+  CHECK(started == 2);
+  CHECK_MESSAGE(left.empty(), left.size() << " worker(s) still run 10 s after their launcher's SIGKILL");
+  CHECK(fs::exists(markers / "rank0.term"));  // a SIGTERM, which their handlers saw
+  CHECK(fs::exists(markers / "rank1.term"));
   fs::remove_all(markers);
 }
 

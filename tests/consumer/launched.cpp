@@ -13,6 +13,10 @@
 //   MODE hold DIR  every rank joins, rank 0 says so, and all wait up to 60 s
 //                  (for a test that kills their launcher meanwhile); a
 //                  SIGTERM makes a rank create DIR/rank<R>.term and exit 0
+//   MODE early DIR every rank says it waits before it joins, and waits up to
+//                  60 s for DIR/go (which a test that kills the launcher
+//                  never makes) before it joins as `ok`; a SIGTERM makes it
+//                  create DIR/rank<R>.term and exit 0
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -58,9 +62,16 @@ int main(int argc, char** argv) {
     die_in_call = mode == "die-once" && rank_one && first_life;
     // hold: from before it joins, so that a SIGTERM at any moment after
     // the test saw the world formed finds the handler set.
-    if (mode == "hold" && argc > 2) {
+    if ((mode == "hold" || mode == "early") && argc > 2) {
       std::snprintf(term_marker, sizeof term_marker, "%s/rank%s.term", argv[2], rank ? rank : "-");
       ::signal(SIGTERM, on_term);
+    }
+    if (mode == "early" && argc > 2) {  // a user's program busy before init_rpc (loading its data)
+      std::printf("launched: rank %s waits before it joins\n", rank ? rank : "-");
+      std::fflush(stdout);
+      std::string go = std::string(argv[2]) + "/go";
+      for (int i = 0; i < 600 && ::access(go.c_str(), F_OK) != 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     castor::Worker w = castor::init_rpc_from_env();
     const char* max_restarts = std::getenv("CASTOR_MAX_RESTARTS");
