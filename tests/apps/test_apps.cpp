@@ -38,6 +38,7 @@
 #include "apps/parameter_server/parameter_server.hpp"
 #include "apps/cli_runs.hpp"
 #include "apps/shell_spec.hpp"
+#include "support/captured_output.hpp"
 #include "support/descriptors.hpp"
 #include "support/errors.hpp"
 
@@ -684,36 +685,6 @@ TEST_CASE("the launcher reaps the orphans of its workers' own children, as the f
   fs::remove_all(dir);
 }
 
-namespace {
-// What `run` printed to our stdout (the launcher prefixes its children's lines
-// there). Our stdout comes back even when `run` throws.
-std::string stdout_of(const std::function<void()>& run) {
-  std::fflush(stdout);
-  auto path = fs::temp_directory_path() / ("castor-stdout-" + std::to_string(::getpid()));
-  int file = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-  REQUIRE(file >= 0);
-  struct Restore {
-    int saved = ::dup(1);
-    ~Restore() {
-      std::fflush(stdout);
-      ::dup2(saved, 1);
-      ::close(saved);
-    }
-  };
-  {
-    Restore restore;
-    ::dup2(file, 1);
-    ::close(file);
-    run();
-  }
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  fs::remove(path);
-  return text.str();
-}
-}  // namespace
-
 TEST_CASE("the launcher starts a child with its environment set and none of our signals blocked or handled, and names a program it cannot start") {
   // The child's argv and environment are built before the fork; the child
   // runs none of the launcher's signal handlers (local_launch.cpp, spawn).
@@ -727,7 +698,7 @@ TEST_CASE("the launcher starts a child with its environment set and none of our 
   specs[0].argv = {"/bin/sh", "-c", "echo \"$CASTOR_SPAWN_KEPT $CASTOR_SPAWN_SET $CASTOR_SPAWN_NEW\"; kill -USR2 $$; echo alive"};
   specs[0].env = {{"CASTOR_SPAWN_SET", "new"}, {"CASTOR_SPAWN_NEW", "added"}};
   castor::apps::LaunchResult killed;
-  auto out = stdout_of([&] { killed = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+  auto out = castor::test::output_of(1, [&] { killed = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
   ::sigaction(SIGUSR2, &before, nullptr);
   ::unsetenv("CASTOR_SPAWN_KEPT");
   ::unsetenv("CASTOR_SPAWN_SET");
@@ -740,7 +711,7 @@ TEST_CASE("the launcher starts a child with its environment set and none of our 
   specs[0].name = "missing";
   specs[0].argv = {"/nonexistent/castor-no-such-program", "--flag"};
   castor::apps::LaunchResult missing;
-  out = stdout_of([&] { missing = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+  out = castor::test::output_of(1, [&] { missing = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
   INFO(out);
   CHECK(missing.exit_code == 127);
   CHECK(missing.failed == "missing");
@@ -751,7 +722,7 @@ TEST_CASE("the launcher fails the job at once when a worker cannot be started, n
   std::vector<castor::apps::ProcessSpec> specs{shell("first", "exec sleep 20", true), shell("second", "exit 0")};
   castor::apps::LaunchResult result;
   auto began = std::chrono::steady_clock::now();
-  auto out = stdout_of([&] {
+  auto out = castor::test::output_of(1, [&] {
     // Room for the first worker's pipe, and one descriptor after it: the
     // second's pipe cannot be made.
     castor::test::DescriptorsLeft two(2);
@@ -776,7 +747,7 @@ TEST_CASE("a launcher told to stop (SIGTERM) stops its workers and starts none a
   std::thread stopper;
   castor::apps::LaunchResult result;
   auto began = std::chrono::steady_clock::now();
-  auto out = stdout_of([&] {
+  auto out = castor::test::output_of(1, [&] {
     // The signal comes once both workers run (each adds a line to `up`).
     stopper = std::thread([&] {
       for (int i = 0; i < 400; ++i) {
@@ -850,7 +821,7 @@ LeftBehind run_leaving(const std::string& tag, const std::string& program) {
             true),
       shell("rank1", program + " & echo $! > '" + pid_file + ".part'; mv '" + pid_file + ".part' '" + pid_file + "'; wait")};
   LeftBehind left;
-  left.out = stdout_of([&] { left.result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
+  left.out = castor::test::output_of(1, [&] { left.result = castor::apps::run_processes(specs, std::chrono::milliseconds(500)); });
   std::ifstream(pid_file) >> left.program;
   fs::remove_all(dir);
   return left;
@@ -887,7 +858,7 @@ TEST_CASE("a launcher whose caller ignores SIGHUP (nohup) goes on ignoring it, a
   REQUIRE(::sigaction(SIGHUP, &ignore, &before) == 0);
   std::vector<castor::apps::ProcessSpec> specs{shell("rank0", "kill -HUP $$; kill -HUP $PPID; echo alive", true)};
   castor::apps::LaunchResult result;
-  auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+  auto out = castor::test::output_of(1, [&] { result = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
   struct sigaction after {};
   ::sigaction(SIGHUP, nullptr, &after);
   ::sigaction(SIGHUP, &before, nullptr);
@@ -1027,7 +998,7 @@ TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused
                            CASTOR_LAUNCHED_PATH + " linger",
               true)};
     castor::apps::LaunchResult result;
-    auto out = stdout_of([&] { result = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
+    auto out = castor::test::output_of(1, [&] { result = castor::apps::run_processes(specs, std::chrono::seconds(5)); });
     INFO(out);
     CHECK(contains(out, "is not \"PID START GRACE_MS NAMESPACES\"") == (c.launcher == "12 apples"));
     if (c.watched) {  // LL4: SIGTERM once the sleep ended, before the 2 s were over

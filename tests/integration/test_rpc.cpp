@@ -20,6 +20,7 @@
 #include "actors/runtime/testing.hpp"
 #include "actors/api/worker.hpp"
 #include "support/cluster.hpp"
+#include "support/captured_output.hpp"
 #include "support/test_functions.hpp"
 #include "support/errors.hpp"
 
@@ -29,9 +30,6 @@ using castor::test::error_of;
 using castor::test::bounded;
 using castor::test::LocalWorld;
 using std::chrono::milliseconds;
-
-namespace {
-}  // namespace
 
 TEST_CASE("rpc_sync, rpc_async and calls to self return the function's result") {
   LocalWorld world(2);
@@ -406,42 +404,6 @@ TEST_CASE("a peer process killed mid-call fails the call within 5 s -- new calls
 }
 
 namespace {
-// Sends what this process writes to stderr into a file while alive.
-class CapturedStderr {
- public:
-  CapturedStderr() {
-    char name[] = "/tmp/castor-stderr-XXXXXX";
-    fd_ = mkstemp(name);
-    path_ = name;
-    std::fflush(stderr);
-    saved_ = dup(2);
-    dup2(fd_, 2);
-  }
-  ~CapturedStderr() {
-    std::fflush(stderr);
-    dup2(saved_, 2);
-    close(saved_);
-    close(fd_);
-    std::remove(path_.c_str());
-  }
-  std::string text() const {
-    std::fflush(stderr);
-    std::ifstream in(path_);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  }
-  // Waits up to 10 s for `part` to be logged.
-  bool wait_for(const std::string& part) const {
-    for (int i = 0; i < 200; ++i) {
-      if (text().find(part) != std::string::npos) return true;
-      std::this_thread::sleep_for(milliseconds(50));
-    }
-    return false;
-  }
-
- private:
-  int fd_ = -1, saved_ = -1;
-  std::string path_;
-};
 }  // namespace
 
 // Note [Hostile input] (H2, H3): a peer sends worker1 a request whose content
@@ -450,7 +412,7 @@ class CapturedStderr {
 // the request is answered with the reason at once; worker1 keeps serving.
 TEST_CASE("a malformed or unknown message from a peer is dropped, logged naming the peer -- the worker keeps serving") {
   LocalWorld world(2);
-  CapturedStderr log;
+  castor::test::CapturedOutput log(2);
   CallRequest req;
   req.id = castor::testing::runtime(world[0]).call_ids.next();
   req.caller = 0;

@@ -34,6 +34,7 @@
 #include "actors/transport/greeting.hpp"
 #include "actors/transport/refusal_log.hpp"
 #include "support/cluster.hpp"
+#include "support/captured_output.hpp"
 #include "support/descriptors.hpp"
 #include "support/door_probes.hpp"
 
@@ -361,22 +362,6 @@ TEST_CASE("a signal while a bounded read waits is not a timeout: the read goes o
   ::close(pair[1]);
 }
 
-// What `run` wrote to stderr (fd 2), which comes back after it.
-std::string stderr_of(const std::function<void()>& run) {
-  auto path = std::filesystem::temp_directory_path() / ("castor-stderr-" + std::to_string(::getpid()));
-  int file = ::open(path.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, 0600);
-  REQUIRE(file >= 0);
-  int saved = ::dup(2);
-  ::dup2(file, 2);
-  ::close(file);
-  run();
-  ::dup2(saved, 2);
-  ::close(saved);
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::filesystem::remove(path);
-  return text;
-}
 
 TEST_CASE("the user's secret file: made once, private, and one that others may read or that another user owns is refused, saying why") {
   namespace fs = std::filesystem;
@@ -393,7 +378,7 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
   // Readable by others: refused and said, and not replaced by a new one.
   fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
   std::optional<std::string> got;
-  auto said = stderr_of([&] { got = castor::detail::user_secret(true); });
+  auto said = castor::test::output_of(2, [&] { got = castor::detail::user_secret(true); });
   CHECK_FALSE(got.has_value());
   CHECK(said == "castor: not using the secret file " + path + ": other users may read or change it (mode 644; chmod 600 it)\n");
   fs::permissions(path, fs::perms::owner_read | fs::perms::owner_write);
@@ -401,7 +386,7 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
   // A FIFO where the file should be: refused at once, not waited on.
   fs::remove(path);
   REQUIRE(::mkfifo(path.c_str(), 0600) == 0);
-  said = stderr_of([&] { got = castor::detail::user_secret(true); });
+  said = castor::test::output_of(2, [&] { got = castor::detail::user_secret(true); });
   CHECK_FALSE(got.has_value());
   CHECK(said == "castor: not using the secret file " + path + ": it is not a regular file\n");
   fs::remove(path);
@@ -410,7 +395,7 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
   // Owned by another user (only root can give a file away).
   if (::geteuid() == 0) {
     REQUIRE(::chown(path.c_str(), 4242, 4242) == 0);
-    said = stderr_of([&] { got = castor::detail::user_secret(false); });
+    said = castor::test::output_of(2, [&] { got = castor::detail::user_secret(false); });
     CHECK_FALSE(got.has_value());
     CHECK(said == "castor: not using the secret file " + path + ": it belongs to user 4242, not to this one (0)\n");
   }
@@ -419,7 +404,7 @@ TEST_CASE("the user's secret file: made once, private, and one that others may r
 }
 
 TEST_CASE("refusal lines: a flood from many hosts shows 200 lines, then a line a second, and the next line says how many went unsaid (R3)") {
-  std::string burst = stderr_of([] {
+  std::string burst = castor::test::output_of(2, [] {
     for (int i = 0; i < 300; ++i)
       castor::detail::log_refusal("w", "198.51.100." + std::to_string(i) + ":4000", "test flood", "refused a test");
   });
@@ -427,7 +412,7 @@ TEST_CASE("refusal lines: a flood from many hosts shows 200 lines, then a line a
   CHECK(shown >= 150);  // this test process's earlier refusals took some of the 200
   CHECK(shown <= 202);  // 200, and what a second's refill adds
   std::this_thread::sleep_for(1100ms);
-  auto next = stderr_of([] { castor::detail::log_refusal("w", "203.0.113.1:4000", "test flood", "refused one more"); });
+  auto next = castor::test::output_of(2, [] { castor::detail::log_refusal("w", "203.0.113.1:4000", "test flood", "refused one more"); });
   long long unsaid = 0;
   REQUIRE(std::sscanf(next.c_str(), "castor[w]: %lld refusal line(s) not shown: past 200 at once, a line a second",
                       &unsaid) == 1);
