@@ -61,11 +61,13 @@ namespace castor::detail {
 //       between fork and exec (PR_SET_PDEATHSIG: SIGTERM when the
 //       launcher's thread that started it ends; it lasts across exec), and
 //       a child whose launcher ended before that ends at once. Its watch
-//       takes over: once the launcher is verified (LL3), a worker whose
-//       parent it is drops the SIGTERM so that one end is not two stops.
-//       The signal reaches only the launcher's children: a worker forked
-//       from the fork server, or a program under a worker's shell, still
-//       has LL3's hole before init_rpc.
+//       takes over: once it runs on a verified launcher (LL3), a worker
+//       whose parent that is drops the SIGTERM so that one end is not two
+//       stops; a worker that watches nothing (LL3's doubts) keeps it, since
+//       the kernel's signal cannot name the wrong process. The signal
+//       reaches only the launcher's children: a worker forked from the
+//       fork server, or a program under a worker's shell, still has LL3's
+//       hole before init_rpc.
 namespace {
 
 struct Launcher {
@@ -153,11 +155,6 @@ void watch_launcher(void (*on_end)()) {
       ::close(fd);
       return;
     }
-    // LL6: the pidfd is open on the launcher seen alive, so from here the
-    // watch sees its end; the death signal it gave us would be a second.
-    int death_signal = 0;
-    if (::getppid() == launcher->pid && ::prctl(PR_GET_PDEATHSIG, &death_signal) == 0 && death_signal == SIGTERM)
-      ::prctl(PR_SET_PDEATHSIG, 0);
     // LL4: the thread starts with every signal blocked (SIGPIPE above all;
     // the others go to the process's other threads); this one's mask is
     // put back whatever happens.
@@ -174,6 +171,14 @@ void watch_launcher(void (*on_end)()) {
         if (on_end) return on_end();  // LL5
         end_with(l);
       }).detach();
+      // LL6: the watch runs on the launcher seen alive, so it sees its end;
+      // the death signal the launcher gave us would be a second. (Should
+      // the launcher end just before this, both come, the kernel's first:
+      // a worker's handler may see two SIGTERMs, and a nested launcher's
+      // outer_launcher_ended does not count a second stop.)
+      int death_signal = 0;
+      if (::getppid() == launcher->pid && ::prctl(PR_GET_PDEATHSIG, &death_signal) == 0 && death_signal == SIGTERM)
+        ::prctl(PR_SET_PDEATHSIG, 0);
     } catch (const std::exception& e) {  // out of threads or memory: the worker runs unwatched, and says so
       ::close(fd);
       std::fprintf(stderr, "castor: cannot watch the launcher (pid %d): %s\n", int(launcher->pid), e.what());

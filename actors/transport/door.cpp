@@ -44,9 +44,9 @@ namespace castor::detail {
 //  D3 Bounded: a greeting has greeting_timeout to finish (TLS handshake
 //     included); at most max_pending greet at once (the oldest is closed
 //     when one more comes), at most max_pending_per_host from one host. A
-//     host is its IPv4 address, or its IPv6 /64 (net::network_of): one
-//     machine has a whole /64 to connect from. A slow or silent stranger
-//     costs one socket for a few seconds, no thread.
+//     host is its IPv4 address, or its IPv6 /64 (net::network_of): a
+//     machine may connect from any address of its /64. A slow or silent
+//     stranger costs one socket for a few seconds, no thread.
 //  D4 Without a secret the key is public: the greeting still keeps out all
 //     that is not castor (scanners, garbage, other protocols, crafted BASP
 //     headers), but not a stranger who implements castor's greeting. Only a

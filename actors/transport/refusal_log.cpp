@@ -36,7 +36,7 @@ struct Counts {
 
 void log_refusal(const std::string& worker, const std::string& peer, const std::string& kind, const std::string& line) {
   static Counts counts;
-  auto host = net::network_of(net::host_part(peer));  // R2 counts an IPv6 /64 as one host, as D3 does
+  auto host = net::host_part(peer);
   int64_t n, unsaid = 0;
   bool shared = false;
   {

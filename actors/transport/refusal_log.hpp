@@ -8,8 +8,7 @@
 namespace castor::detail {
 
 /// Prints "castor[<worker>]: <line>" unless `peer`'s host was refused often
-/// already for the same `kind` of refusal (R2: the first three per host (an
-/// IPv6 host is its /64: net::network_of) and
+/// already for the same `kind` of refusal (R2: the first three per host and
 /// kind, then every hundredth, with the count; past 1024 counts, new hosts
 /// share one count per kind); of those, 200 at once and then a line a
 /// second in all (R3: how many went unsaid is said with the next line

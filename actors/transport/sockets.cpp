@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -207,14 +208,19 @@ std::string peer_address(int fd) {
 
 std::string host_part(const std::string& address) { return address.substr(0, address.rfind(':')); }
 
-// One machine or site is given a whole /64 of IPv6 addresses (the prefix
-// SLAAC and every ISP assign), so a stranger can connect from as many
-// addresses as it likes within one: counted per address, it would take any
-// share D3 leaves a host. So the door counts an IPv6 peer by its /64.
+// A machine on IPv6 has a whole /64 to itself or shares one with its LAN
+// (the prefix SLAAC and ISPs assign), and may take any address in it: a
+// stranger counted per address could open as many greetings as it likes,
+// fill D3's max_pending and have the oldest, peers' among them, closed.
+// Counted by its /64 it takes one host's room (which fits the whole world's
+// peers greeting at once: transport.cpp), and peers that share its LAN's
+// /64 share that room with it. An IPv6 address that only carries an IPv4
+// peer counts as that peer.
 std::string network_of(const std::string& host) {
   in6_addr a6{};
   if (::inet_pton(AF_INET6, host.c_str(), &a6) != 1) return host;
-  if (IN6_IS_ADDR_V4MAPPED(&a6)) {  // a dual-stack listener's IPv4 peer
+  static const uint8_t kNat64[12] = {0x00, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0};  // RFC 6052's 64:ff9b::/96
+  if (IN6_IS_ADDR_V4MAPPED(&a6) || std::memcmp(a6.s6_addr, kNat64, sizeof kNat64) == 0) {
     in_addr a4{};
     std::memcpy(&a4, &a6.s6_addr[12], sizeof a4);
     char v4[INET_ADDRSTRLEN] = "?";

@@ -59,10 +59,10 @@ bool has_send_room(int fd, size_t bytes);
 std::string peer_address(int fd);
 std::string host_part(const std::string& address);
 /// The network a host (host_part's form) is counted under by the door's
-/// bounds per host (D3 of Note [The door]) and the refusal log's counts
-/// (R2): an IPv4 address as it is, an IPv4-mapped IPv6 address as its IPv4
-/// address, any other IPv6 address as its /64 ("2001:db8:1:2::/64"), and
-/// what is neither as it is.
+/// bound per host (D3 of Note [The door]): an IPv4 address as it is, an
+/// IPv6 address that carries an IPv4 one (IPv4-mapped, NAT64's 64:ff9b::/96)
+/// as that IPv4 address, any other IPv6 address as its /64
+/// ("2001:db8:1:2::/64"), and what is neither as it is.
 std::string network_of(const std::string& host);
 uint16_t local_port(int fd);
 
