@@ -98,6 +98,11 @@ namespace castor::config {
 //      An exec'd worker (a program of the user's, FS4, FS5) ends as usual,
 //      and so does a worker built with AddressSanitizer or ThreadSanitizer,
 //      so that the sanitizer run still checks the teardown it would skip.
+//  FS8. A request may name a death signal (PR_SET_PDEATHSIG, as a
+//      fork+exec that sets one between the two gives: the launcher's LL6 of
+//      Note [Launcher lifeline]). The worker sets it once the requester is
+//      its parent (FS2), and a worker whose requester ended before that
+//      (the orphan went elsewhere) exits at once with 128 + the signal.
 namespace {
 
 constexpr const char* kFdVariable = "CASTOR_FORK_SERVER_FD";
@@ -172,6 +177,7 @@ struct Request {
   std::string ignored;           // the numbers of the signals set to SIG_IGN, one byte each
   uint32_t umask = kUmaskUnknown;
   bool has_out = false;
+  uint32_t death_signal = 0;     // FS8
 };
 
 // --- the requester's side
@@ -358,7 +364,8 @@ bool read_request(int sock, std::vector<char>& buffer, Request& req, std::vector
   req.ignored = r.string();
   req.umask = r.u32();
   req.has_out = r.u32() != 0;
-  return r.ok && !req.argv.empty() && fds.size() == (req.has_out ? 3u : 2u) &&
+  req.death_signal = r.u32();
+  return r.ok && req.death_signal < uint32_t(NSIG) && !req.argv.empty() && fds.size() == (req.has_out ? 3u : 2u) &&
          !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC));
 }
 
@@ -392,6 +399,7 @@ void serve_forks_if_asked(int& argc, char**& argv) {
   ::unsetenv(kFdVariable);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   std::fflush(nullptr);  // FS1: nothing buffered is printed by every worker
+  const pid_t requester = ::getppid();  // FS2: every worker's parent
   auto areas = proc_areas();
   std::vector<char> buffer(kMaxRequest);
   std::vector<int> fds;
@@ -418,6 +426,10 @@ void serve_forks_if_asked(int& argc, char**& argv) {
         // FS2 from main()'s first line: the requester is the parent (a
         // worker that sets PR_SET_PDEATHSIG or asks getppid() sees it).
         while (::getppid() == intermediate) ::usleep(20);
+        if (req.death_signal != 0) {  // FS8
+          ::prctl(PR_SET_PDEATHSIG, int(req.death_signal));
+          if (::getppid() != requester) ::_exit(128 + int(req.death_signal));
+        }
         ::close(sock);
         ::close(pipe_fds[0]);
         ::close(pipe_fds[1]);
@@ -534,9 +546,9 @@ std::string ForkServer::last_error() const {
 }
 
 pid_t ForkServer::spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
-                        int out_fd) {
+                        int out_fd, int death_signal) {
   std::lock_guard<std::mutex> lock(mtx_);
-  if (fd_ < 0 || argv.empty()) return -1;
+  if (fd_ < 0 || argv.empty() || death_signal < 0 || death_signal >= NSIG) return -1;
   auto env_list = environment_with(env);  // FS3: the environment now, with the request's variables over it
   std::vector<std::string> load_time;
   for (const auto& kv : env_list)
@@ -554,6 +566,7 @@ pid_t ForkServer::spawn(const std::vector<std::string>& argv, const std::map<std
   put_string(request, ignored_signals());
   put_u32(request, current_umask());
   put_u32(request, out_fd >= 0 ? 1 : 0);
+  put_u32(request, uint32_t(death_signal));
   if (request.size() > kMaxRequest) {
     error_ = "the request is larger than the fork server takes: exec'd instead";
     return -1;

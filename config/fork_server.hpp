@@ -37,10 +37,11 @@ class ForkServer {
   /// A new process of the executable, as fork+exec of `argv` (argv[0]
   /// included) with this process's environment plus `env` and stdout and
   /// stderr on `out_fd` (-1: this process's) would give; a child of this
-  /// process. -1 when the server cannot (why: last_error()); the caller
-  /// starts the process the usual way then (FS4, FS5).
+  /// process, with `death_signal` as its PR_SET_PDEATHSIG (0: none; FS8).
+  /// -1 when the server cannot (why: last_error()); the caller starts the
+  /// process the usual way then (FS4, FS5).
   pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
-              int out_fd = -1);
+              int out_fd = -1, int death_signal = 0);
 
   /// False once the server is gone for good (FS5).
   bool running() const;

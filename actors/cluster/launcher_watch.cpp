@@ -60,14 +60,15 @@ namespace castor::detail {
 //       running on. So a worker the launcher execs gets a death signal
 //       between fork and exec (PR_SET_PDEATHSIG: SIGTERM when the
 //       launcher's thread that started it ends; it lasts across exec), and
-//       a child whose launcher ended before that ends at once. Its watch
+//       so does one forked from the fork server once the launcher is its
+//       parent (FS2); a child whose launcher ended before that ends at
+//       once. Its watch
 //       takes over: once it runs on a verified launcher (LL3), a worker
 //       whose parent that is drops the SIGTERM so that one end is not two
 //       stops; a worker that watches nothing (LL3's doubts) keeps it, since
 //       the kernel's signal cannot name the wrong process. The signal
-//       reaches only the launcher's children: a worker forked from the
-//       fork server, or a program under a worker's shell, still has LL3's
-//       hole before init_rpc.
+//       reaches only the launcher's children: a program under a worker's
+//       shell still has LL3's hole before init_rpc.
 namespace {
 
 struct Launcher {

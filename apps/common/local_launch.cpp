@@ -133,7 +133,7 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   // fork from a loaded castor instead of loading libtorch each.
   if (!spec.argv.empty() && spec.argv[0] == self_executable())
     if (auto* server = config::fork_server_for(spec.argv[0]))
-      if (pid_t pid = server->spawn(spec.argv, spec.env, out_fd); pid > 0) return pid;
+      if (pid_t pid = server->spawn(spec.argv, spec.env, out_fd, SIGTERM); pid > 0) return pid;  // LL6 (FS8)
   auto env = config::environment_with(spec.env);
   auto args = spec.argv;
   auto envp = config::c_strings(env);

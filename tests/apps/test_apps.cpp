@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -888,24 +889,33 @@ std::vector<pid_t> children_of(pid_t pid, bool all = false) {
   return found;
 }
 
-// L10: runs `castor` with `args`; once its output holds each of `ready`, SIGKILLs
+// L10: what tells a test that a job's launcher may be killed now: the
+// launcher's output so far and its pid.
+using ReadyToKill = std::function<bool(const std::string&, pid_t)>;
+
+ReadyToKill output_holds(std::vector<std::string> parts) {
+  return [parts = std::move(parts)](const std::string& out, pid_t) {
+    return std::all_of(parts.begin(), parts.end(), [&](const auto& p) { return contains(out, p); });
+  };
+}
+
+// L10: runs `castor` with `args`; once `ready`, SIGKILLs
 // the launcher (run_castor's child) and waits
 // (bounded) for what it had started to end by itself, before run_castor's
 // clean-up could kill them. Returns what still ran after `limit`, and the
 // launcher's output in `out`.
-std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args, const std::vector<std::string>& ready,
+std::vector<pid_t> left_by_killed_launcher(const std::vector<std::string>& args, const ReadyToKill& ready,
                                            std::chrono::milliseconds limit, std::string& out, size_t& started) {
   std::vector<pid_t> left;
   bool killed = false;
   auto r = run_castor(args, std::chrono::seconds(120), [&](const std::string& so_far) {
-    if (killed || !std::all_of(ready.begin(), ready.end(), [&](const auto& r) { return contains(so_far, r); })) return;
-    killed = true;
+    if (killed) return;
     std::vector<pid_t> launchers;  // this process's children that run castor (not zombies of earlier tests)
     std::error_code error;
     for (auto c : children_of(::getpid()))
       if (fs::read_symlink("/proc/" + std::to_string(c) + "/exe", error) == fs::canonical(CASTOR_CLI_PATH)) launchers.push_back(c);
-    CHECK(launchers.size() == 1);  // not REQUIRE: run_castor must go on to its clean-up
-    if (launchers.size() != 1) return;
+    if (launchers.size() != 1 || !ready(so_far, launchers[0])) return;
+    killed = true;
     auto workers = children_of(launchers[0], true);  // the workers, theirs (and the fork server, FS6)
     started = workers.size();
     ::kill(launchers[0], SIGKILL);
@@ -937,7 +947,7 @@ TEST_CASE("a launcher that is SIGKILLed still ends its job: each worker gets SIG
     CAPTURE(i);
     std::string out;
     size_t started = 0;
-    auto left = left_by_killed_launcher(jobs[i], {ready[i]}, std::chrono::seconds(10), out, started);
+    auto left = left_by_killed_launcher(jobs[i], output_holds({ready[i]}), std::chrono::seconds(10), out, started);
     INFO(out);
     CHECK(started >= 2);
     CHECK_MESSAGE(left.empty(), left.size() << " process(es) the launcher started still run 10 s after its SIGKILL");
@@ -959,7 +969,7 @@ TEST_CASE("a launcher SIGKILLed while its workers are busy before init_rpc still
   std::string out;
   size_t started = 0;
   auto left = left_by_killed_launcher({"run", "-n", "2", CASTOR_LAUNCHED_PATH, "early", markers.string()},
-                                      {"rank 0 waits before it joins", "rank 1 waits before it joins"},
+                                      output_holds({"rank 0 waits before it joins", "rank 1 waits before it joins"}),
                                       std::chrono::seconds(10), out, started);
   INFO(out);
   CHECK(started == 2);
@@ -967,6 +977,52 @@ TEST_CASE("a launcher SIGKILLed while its workers are busy before init_rpc still
   CHECK(fs::exists(markers / "rank0.term"));  // a SIGTERM, which their handlers saw
   CHECK(fs::exists(markers / "rank1.term"));
   fs::remove_all(markers);
+}
+
+TEST_CASE("a worker forked from the fork server has the launcher's death signal too: castor launch SIGKILLed while its workers read their cluster file ends them (LL6)") {
+  // The cluster file is a FIFO: the launcher reads it once from the test's
+  // writer, then each worker (castor worker, forked from the fork server)
+  // waits in open() for a writer that never comes, before its init_rpc.
+  auto fifo = scratch("ll6-cluster.fifo");
+  fs::remove(fifo);
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string json = "{\"workers\": [";
+  for (int i = 0; i < 3; ++i)
+    json += std::string(i ? "," : "") + "{\"name\": \"w" + std::to_string(i) + "\", \"host\": \"127.0.0.1\", \"port\": " +
+            std::to_string(castor::apps::free_local_port()) + "}";
+  json += "]}";
+  std::thread writer([&] {  // the launcher's one read (bounded: no reader in 30 s and it gives up)
+    for (int i = 0; i < 1500; ++i) {
+      int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+      if (fd >= 0) {
+        CHECK(::write(fd, json.data(), json.size()) == ssize_t(json.size()));
+        ::close(fd);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  auto waiting_in_open = [](pid_t pid) {  // openat (257) on x86-64, as /proc/PID/syscall shows a blocked call
+    std::ifstream call("/proc/" + std::to_string(pid) + "/syscall");
+    std::string number;
+    return call >> number && number == "257";
+  };
+  std::string out;
+  size_t started = 0;
+  auto left = left_by_killed_launcher({"launch", fifo, "--local"},
+                                      [&](const std::string&, pid_t launcher) {
+                                        auto all = children_of(launcher, true);
+                                        return std::count_if(all.begin(), all.end(), waiting_in_open) == 3;
+                                      },
+                                      std::chrono::seconds(10), out, started);
+  writer.join();
+  // Whatever still waits (a failure above) gets its writer and ends.
+  int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) ::close(fd);
+  INFO(out);
+  CHECK(started >= 3);
+  CHECK_MESSAGE(left.empty(), left.size() << " process(es) still run 10 s after their launcher's SIGKILL");
+  fs::remove(fifo);
 }
 
 TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused, foreign or garbled one leaves it running, the one named ends it (LL3, LL4)") {
