@@ -101,14 +101,17 @@ namespace castor::config {
 //  FS8. A request may name a death signal (PR_SET_PDEATHSIG, as a
 //      fork+exec that sets one between the two gives: the launcher's LL6 of
 //      Note [Launcher lifeline]). The worker sets it once the requester is
-//      its parent (FS2), and a worker whose requester ended before that
-//      (the orphan went elsewhere) exits at once with 128 + the signal.
+//      its parent (FS2; the kernel makes an adopted orphan the child of the
+//      subreaper's first live thread, its main thread), and a worker whose
+//      requester ended before that (the orphan went elsewhere) exits at
+//      once with 128 + the signal.
 namespace {
 
 constexpr const char* kFdVariable = "CASTOR_FORK_SERVER_FD";
 constexpr const char* kServerFlag = "--castor-fork-server";
 constexpr int kServerFd = 3;                 // where the server finds its socket
 constexpr const char* kRoomVariable = "CASTOR_FORK_SERVER_ROOM";
+constexpr const char* kOwnerVariable = "CASTOR_FORK_SERVER_OWNER";  // FS2, FS8: the requester's pid
 constexpr size_t kArgumentPad = 8192;        // FS3: room for a worker's argv in /proc/PID/cmdline
 constexpr size_t kEnvironmentPad = 16384;    // FS3: and for what its environment has over the server's
 constexpr size_t kMaxRequest = 1 << 20;
@@ -399,7 +402,13 @@ void serve_forks_if_asked(int& argc, char**& argv) {
   ::unsetenv(kFdVariable);
   ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   std::fflush(nullptr);  // FS1: nothing buffered is printed by every worker
-  const pid_t requester = ::getppid();  // FS2: every worker's parent
+  // FS2: every worker's parent. A server whose requester ended while it
+  // started (it was adopted) has no one to serve (FS6): were it to serve a
+  // request sent before that, its worker's parent would be another process.
+  const char* owner = std::getenv(kOwnerVariable);
+  const pid_t requester = owner ? pid_t(std::atol(owner)) : ::getppid();
+  ::unsetenv(kOwnerVariable);
+  if (::getppid() != requester) ::_exit(0);
   auto areas = proc_areas();
   std::vector<char> buffer(kMaxRequest);
   std::vector<int> fds;
@@ -490,12 +499,13 @@ ForkServer::ForkServer(const std::string& executable, std::chrono::milliseconds 
     std::string kv = *e;
     auto eq = kv.find('=');
     auto name = kv.substr(0, eq);
-    if (name == kFdVariable || name == kRoomVariable) continue;
+    if (name == kFdVariable || name == kRoomVariable || name == kOwnerVariable) continue;
     if (read_at_load(name) && eq != std::string::npos) load_time.emplace(name, kv.substr(eq + 1));
     env_strings.push_back(std::move(kv));
   }
   for (const auto& [k, v] : load_time) load_time_env_.push_back(k + "=" + v);
   env_strings.push_back(std::string(kFdVariable) + "=" + std::to_string(kServerFd));
+  env_strings.push_back(std::string(kOwnerVariable) + "=" + std::to_string(owner_));
   env_strings.push_back(std::string(kRoomVariable) + "=" + std::string(kEnvironmentPad, ' '));  // FS3
   pid_t pid = -1;
   int rc = ::posix_spawn(&pid, exe.c_str(), &actions, nullptr, args, c_strings(env_strings).data());

@@ -37,7 +37,8 @@ class ForkServer {
   /// A new process of the executable, as fork+exec of `argv` (argv[0]
   /// included) with this process's environment plus `env` and stdout and
   /// stderr on `out_fd` (-1: this process's) would give; a child of this
-  /// process, with `death_signal` as its PR_SET_PDEATHSIG (0: none; FS8).
+  /// process, with `death_signal` as its PR_SET_PDEATHSIG (0: none; FS8:
+  /// sent when this process's main thread ends).
   /// -1 when the server cannot (why: last_error()); the caller starts the
   /// process the usual way then (FS4, FS5).
   pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {},
