@@ -351,3 +351,22 @@ TEST_CASE("a requester killed with SIGKILL takes its server with it, and its wor
   REQUIRE(worker_status.has_value());
   CHECK(WTERMSIG(*worker_status) == SIGKILL);
 }
+
+TEST_CASE("a worker whose request named a death signal gets it when its requester is SIGKILLed (FS8)") {
+  ForkServer subreaper_here(kWorker);  // FS2: the orphan comes to us
+  Pipe out;
+  pid_t requester =
+      castor::config::spawn_process(kWorker, {kWorker, "requester", std::to_string(SIGTERM)}, {}, out.write);
+  REQUIRE(requester > 0);
+  out.close_write();
+  auto text = out.read_until_line("worker ");
+  auto worker_pid = pid_t(std::atoi(Pipe::line(text, "worker ").c_str()));
+  REQUIRE(worker_pid > 0);
+  CHECK_FALSE(ended(worker_pid));  // it sleeps while its requester lives
+  REQUIRE(::kill(requester, SIGKILL) == 0);
+  REQUIRE(wait_exit(requester).has_value());
+  auto worker_status = wait_exit(worker_pid, 10s);
+  REQUIRE_MESSAGE(worker_status.has_value(), "the worker still runs 10 s after its requester's SIGKILL");
+  CHECK(WIFSIGNALED(*worker_status));
+  CHECK(WTERMSIG(*worker_status) == SIGTERM);
+}

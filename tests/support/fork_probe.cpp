@@ -124,9 +124,10 @@ int fork_probe(int argc, char** argv) {
   return argc > 2 ? std::atoi(argv[2]) : 0;
 }
 
-int fork_requester(int, char** argv) {
+int fork_requester(int argc, char** argv) {
   config::ForkServer server(argv[0]);
-  pid_t worker = server.spawn({argv[0], "probe", "sleep"}, {}, -1);
+  int death_signal = argc > 2 ? std::atoi(argv[2]) : 0;  // FS8
+  pid_t worker = server.spawn({argv[0], "probe", "sleep"}, {}, -1, death_signal);
   std::printf("server %d\nworker %d\n", int(server.server_pid()), int(worker));
   std::fflush(stdout);
   std::this_thread::sleep_for(std::chrono::seconds(60));
