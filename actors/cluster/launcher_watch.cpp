@@ -60,17 +60,16 @@ namespace castor::detail {
 //       running on. So a worker the launcher execs gets a death signal
 //       between fork and exec (PR_SET_PDEATHSIG: SIGTERM when the
 //       launcher's thread that started it, run_processes's, ends; it lasts
-//       across exec, on the worker's main thread), and
-//       so does one forked from the fork server once the launcher is its
-//       parent (FS2); a child whose launcher ended before that ends at
-//       once. Its watch
+//       across exec, on the worker's main thread), and so does one forked
+//       from the fork server once the launcher is its parent (FS2, FS8); a
+//       child whose launcher ended before that ends at once. The watch
 //       takes over: once it runs on a verified launcher (LL3), a worker
-//       whose parent that is drops the SIGTERM so that one end is not two
+//       whose parent that is drops the SIGTERM, so that one end is not two
 //       stops (when init_rpc runs on its main thread: the setting is the
-//       thread's); a worker that watches nothing (LL3's doubts) keeps it, since
-//       the kernel's signal cannot name the wrong process. The signal
-//       reaches only the launcher's children: a program under a worker's
-//       shell still has LL3's hole before init_rpc.
+//       thread's). A worker that watches nothing (LL3's doubts) keeps it:
+//       the kernel's signal cannot name the wrong process. It reaches only
+//       the launcher's children: a program under a worker's shell still
+//       has LL3's hole before init_rpc.
 namespace {
 
 struct Launcher {

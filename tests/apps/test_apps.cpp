@@ -987,11 +987,12 @@ TEST_CASE("a worker forked from the fork server has the launcher's death signal 
   auto fifo = scratch("ll6-cluster.fifo");
   fs::remove(fifo);
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
-  std::string json = "{\"workers\": [";
-  for (int i = 0; i < 3; ++i)
-    json += std::string(i ? "," : "") + "{\"name\": \"w" + std::to_string(i) + "\", \"host\": \"127.0.0.1\", \"port\": " +
-            std::to_string(castor::apps::free_local_port()) + "}";
-  json += "]}";
+  std::string json;  // a cluster file of three workers, read whole
+  {
+    std::ifstream file(write_cluster_file("ll6-cluster", "\"app\": \"rpc-tour\""));
+    json.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
+  }
+  REQUIRE_FALSE(json.empty());
   {
     std::ifstream probe("/proc/self/syscall");
     std::string number;
