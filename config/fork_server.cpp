@@ -2,6 +2,7 @@
 #include "config/fork_server.hpp"
 
 #include "config/exec_environment.hpp"
+#include "config/parent_death.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -103,8 +104,8 @@ namespace castor::config {
 //      Note [Launcher lifeline]). The worker sets it once the requester is
 //      its parent (FS2; the kernel makes an adopted orphan the child of the
 //      subreaper's first live thread, its main thread), and a worker whose
-//      requester ended before that (the orphan went elsewhere) exits at
-//      once with 128 + the signal.
+//      requester ended before that (the orphan went elsewhere) dies of the
+//      signal at once: its status reads the same whichever came first.
 namespace {
 
 constexpr const char* kFdVariable = "CASTOR_FORK_SERVER_FD";
@@ -436,8 +437,7 @@ void serve_forks_if_asked(int& argc, char**& argv) {
         // worker that sets PR_SET_PDEATHSIG or asks getppid() sees it).
         while (::getppid() == intermediate) ::usleep(20);
         if (req.death_signal != 0) {  // FS8
-          ::prctl(PR_SET_PDEATHSIG, int(req.death_signal));
-          if (::getppid() != requester) ::_exit(128 + int(req.death_signal));
+          die_with_parent(int(req.death_signal), requester);
         }
         ::close(sock);
         ::close(pipe_fds[0]);

@@ -55,6 +55,7 @@
 #include "actors/transport/sockets.hpp"
 #include "config/exec_environment.hpp"
 #include "config/fork_server.hpp"
+#include "config/parent_death.hpp"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -158,9 +159,9 @@ pid_t spawn(const ProcessSpec& spec, int out_fd) {
   // LL6 of Note [Launcher lifeline]: until its watch starts, the child
   // gets a SIGTERM when this thread ends (run_processes's, which waits for
   // every child it starts), delivered once its mask is put back; if the
-  // launcher has ended already (the child was adopted), it ends at once.
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (::getppid() != launcher) ::_exit(128 + SIGTERM);
+  // launcher has ended already (the child was adopted), it dies of that
+  // signal at once.
+  config::die_with_parent(SIGTERM, launcher);
   ::sigprocmask(SIG_SETMASK, &before, nullptr);
   ::dup2(out_fd, 1);
   ::dup2(out_fd, 2);

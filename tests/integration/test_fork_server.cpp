@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "config/fork_server.hpp"
+#include "config/parent_death.hpp"
 #include "support/errors.hpp"
 
 using castor::config::ForkServer;
@@ -369,4 +370,41 @@ TEST_CASE("a worker whose request named a death signal gets it when its requeste
   REQUIRE_MESSAGE(worker_status.has_value(), "the worker still runs 10 s after its requester's SIGKILL");
   CHECK(WIFSIGNALED(*worker_status));
   CHECK(WTERMSIG(*worker_status) == SIGTERM);
+}
+
+TEST_CASE("a child whose parent ended before it asked for its death signal dies of that signal at once (FS8, LL6)") {
+  // The other side of FS8's race, made certain: the requester is gone before
+  // the worker sets its signal, so the kernel will never send it. The status
+  // must read as if it had (CI once saw exit 143 here instead).
+  ForkServer subreaper_here(kWorker);  // FS2: the orphan comes to us
+  int told[2];
+  REQUIRE(::pipe(told) == 0);
+  pid_t parent = ::fork();
+  REQUIRE(parent >= 0);
+  if (parent == 0) {
+    pid_t child = ::fork();
+    if (child == 0) {
+      while (::getppid() == parent) ::usleep(100);  // adopted: its parent has ended
+      castor::config::die_with_parent(SIGTERM, parent);
+      ::_exit(0);  // not reached
+    }
+    ::_exit(::write(told[1], &child, sizeof child) == ssize_t(sizeof child) ? 0 : 1);
+  }
+  ::close(told[1]);
+  pid_t child = -1;
+  CHECK(::read(told[0], &child, sizeof child) == ssize_t(sizeof child));
+  ::close(told[0]);
+  auto parent_status = wait_exit(parent);
+  REQUIRE(parent_status.has_value());
+  REQUIRE(WIFEXITED(*parent_status));
+  REQUIRE(WEXITSTATUS(*parent_status) == 0);
+  REQUIRE(child > 0);
+  auto child_status = wait_exit(child, 10s);
+  if (!child_status) {
+    ::kill(child, SIGKILL);
+    wait_exit(child);
+  }
+  REQUIRE_MESSAGE(child_status.has_value(), "the adopted child still runs 10 s after it asked for its death signal");
+  CHECK(WIFSIGNALED(*child_status));
+  CHECK(WTERMSIG(*child_status) == SIGTERM);
 }
