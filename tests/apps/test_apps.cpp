@@ -43,8 +43,10 @@
 #include "support/captured_output.hpp"
 #include "support/descriptors.hpp"
 #include "support/errors.hpp"
+#include "support/process_state.hpp"
 
 using castor::test::contains;
+using castor::test::ends_within;
 using castor::test::CommandResult;
 using castor::test::run_castor;
 using castor::test::shell;
@@ -783,26 +785,6 @@ TEST_CASE("a launcher told to stop (SIGTERM) stops its workers and starts none a
   CHECK(reinterpret_cast<void*>(runner_after.sa_handler) == reinterpret_cast<void*>(runner_before.sa_handler));
   fs::remove_all(dir);
 }
-
-namespace {
-// Whether process `pid` is gone or a zombie (ended, for its parent or init
-// to reap) within `limit`.
-bool ends_within(pid_t pid, std::chrono::milliseconds limit) {
-  auto ended = [pid] {
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-    std::string text;
-    std::getline(stat, text);
-    auto name_end = text.rfind(')');
-    return text.empty() || (name_end != std::string::npos && text.compare(name_end + 2, 1, "Z") == 0);
-  };
-  auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!ended()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
-}
-}  // namespace
 
 namespace {
 // A job whose rank 1 (a shell) starts `program` in the background, without

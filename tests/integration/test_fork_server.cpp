@@ -25,6 +25,7 @@
 #include "config/fork_server.hpp"
 #include "config/parent_death.hpp"
 #include "support/errors.hpp"
+#include "support/process_state.hpp"
 
 using castor::config::ForkServer;
 using castor::test::contains;
@@ -102,13 +103,7 @@ std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds bound = 60s) {
   return std::nullopt;
 }
 
-// No such process, or a zombie nobody reaped yet.
-bool ended(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto close = stat.rfind(')');
-  return stat.empty() || (close != std::string::npos && stat.compare(close + 2, 1, "Z") == 0);
-}
+bool ended(pid_t pid) { return castor::test::process_ended(pid); }
 
 }  // namespace
 
