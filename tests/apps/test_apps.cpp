@@ -663,14 +663,19 @@ TEST_CASE("the launcher reaps the orphans of its workers' own children, as the f
   // Note [Fork server], FS2: a launcher that forked workers through the
   // server is a child subreaper, so a worker's own child outliving it comes
   // to the launcher. Here a worker leaves a child behind and ends; rank 0
-  // goes on until that child has ended, and a while after.
+  // goes on until that child has ended and been reaped.
   REQUIRE(::prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
   auto dir = fs::temp_directory_path() / ("castor-strays-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   auto done = (dir / "done").string(), pid_file = (dir / "pid").string();
   std::vector<castor::apps::ProcessSpec> specs(2);
   specs[0].name = "leader";
-  specs[0].argv = {"/bin/sh", "-c", "i=0; while [ ! -e '" + done + "' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; sleep 0.5"};
+  // It waits (bounded) for the orphan's file, then until the orphan's pid is
+  // gone: a zombie still answers kill -0, so only the launcher's reaping
+  // ends the loop (a fixed sleep here could end the job first under load).
+  specs[0].argv = {"/bin/sh", "-c",
+                   "i=0; while [ ! -e '" + done + "' ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; "
+                   "while kill -0 $(cat '" + pid_file + "') 2>/dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done"};
   specs[0].leader = true;
   specs[1].name = "parent";
   specs[1].argv = {"/bin/sh", "-c", "(sleep 0.2; touch '" + done + "') & echo $! > '" + pid_file + "'; exit 0"};
@@ -1021,8 +1026,11 @@ TEST_CASE("a worker forked from the fork server has the launcher's death signal 
 }
 
 TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused, foreign or garbled one leaves it running, the one named ends it (LL3, LL4)") {
-  // The named launcher is a `sleep 0.5` the worker's shell starts: it ends
+  // The named launcher is a `sleep 1.5` the worker's shell starts: it ends
   // while the worker lingers 2 s, which ends the worker only if it watched it.
+  // Once the shell has exec'd, the ended sleep stays a zombie child of the
+  // worker (nothing reaps it), so its pid still names it; the 1.5 s leaves
+  // a starved shell time to reach its exec before it could reap the sleep.
   pid_t ended = ::fork();  // a process that has ended: its pid names nothing (or, later, another)
   if (ended == 0) ::_exit(0);
   REQUIRE(ended > 0);
@@ -1044,7 +1052,7 @@ TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused
     CAPTURE(c.launcher);
     auto port = std::to_string(castor::apps::free_local_port());
     std::vector<castor::apps::ProcessSpec> specs{
-        shell("rank0", "sleep 0.5 & v=$!; s=$(cut -d' ' -f22 /proc/$v/stat); RANK=0 WORLD_SIZE=1 "
+        shell("rank0", "sleep 1.5 & v=$!; s=$(cut -d' ' -f22 /proc/$v/stat); RANK=0 WORLD_SIZE=1 "
                        "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " CASTOR_LAUNCHER=\"" + c.launcher + "\" exec " +
                            CASTOR_LAUNCHED_PATH + " linger",
               true)};

@@ -7,6 +7,7 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -104,6 +105,22 @@ std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds bound = 60s) {
 }
 
 bool ended(pid_t pid) { return castor::test::process_ended(pid); }
+
+// Waits (at most 60 s) until `pid` is blocked in recvmsg, as the first
+// number of /proc/PID/syscall says; where that file cannot be read, waits 5 s.
+void wait_until_in_recvmsg(pid_t pid) {
+  auto in_recvmsg = [pid](bool& readable) {
+    std::ifstream call("/proc/" + std::to_string(pid) + "/syscall");
+    std::string number;
+    readable = bool(call >> number);
+    return readable && number == std::to_string(SYS_recvmsg);
+  };
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  bool readable = true;
+  while (!in_recvmsg(readable) && readable && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  if (!readable) std::this_thread::sleep_for(5s);
+}
 
 }  // namespace
 
@@ -290,7 +307,11 @@ TEST_CASE("a forked worker ends with its status and its buffered output but with
 
 TEST_CASE("a server that stops answering is given up within the reply bound, with the cause") {
   ForkServer server(kWorker, std::chrono::milliseconds(1500));
-  pid_t first = server.spawn({kWorker, "probe", "0"});  // loaded and idle after this one
+  // The first request's bound also covers the server's own load, which on a
+  // loaded machine (ctest -j2 beside a training test) may take longer than
+  // 1.5 s: wait until it reads its socket, as /proc shows a blocked call.
+  wait_until_in_recvmsg(server.server_pid());
+  pid_t first = server.spawn({kWorker, "probe", "0"});  // idle again after this one
   REQUIRE_MESSAGE(first > 0, server.last_error());
   REQUIRE(wait_exit(first).has_value());
   pid_t server_pid = server.server_pid();

@@ -27,7 +27,9 @@ class CapturedOutput {
     int file = ::mkstemp(name);
     path_ = name;
     flush();
-    saved_ = ::dup(fd_);
+    // Close-on-exec: a child started while we capture (a launched worker)
+    // must not keep the runner's own pipe open after the test.
+    saved_ = ::fcntl(fd_, F_DUPFD_CLOEXEC, 0);
     if (file >= 0) {
       ::dup2(file, fd_);
       ::close(file);
