@@ -980,13 +980,9 @@ TEST_CASE("a worker forked from the fork server has the launcher's death signal 
     json.assign(std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>());
   }
   REQUIRE_FALSE(json.empty());
-  {
-    std::ifstream probe("/proc/self/syscall");
-    std::string number;
-    if (!(probe >> number)) {
-      MESSAGE("not run: /proc/PID/syscall cannot be read here, so the test cannot see the workers wait");
-      return;
-    }
+  if (!castor::test::syscalls_visible()) {
+    MESSAGE("not run: /proc/PID/syscall cannot be read here, so the test cannot see the workers wait");
+    return;
   }
   std::thread writer([&] {  // the launcher's one read (bounded: no reader in 30 s and it gives up)
     for (int i = 0; i < 1500; ++i) {
@@ -1003,11 +999,7 @@ TEST_CASE("a worker forked from the fork server has the launcher's death signal 
     std::thread& t;
     ~Join() { t.join(); }
   } join_writer{writer};
-  auto waiting_in_open = [](pid_t pid) {  // as /proc/PID/syscall shows a blocked call: its number first
-    std::ifstream call("/proc/" + std::to_string(pid) + "/syscall");
-    std::string number;
-    return call >> number && number == std::to_string(SYS_openat);
-  };
+  auto waiting_in_open = [](pid_t pid) { return castor::test::blocked_in(pid, SYS_openat); };
   std::string out;
   size_t started = 0;
   auto left = left_by_killed_launcher({"launch", fifo, "--local"},

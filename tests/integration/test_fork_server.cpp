@@ -106,20 +106,16 @@ std::optional<int> wait_exit(pid_t pid, std::chrono::milliseconds bound = 60s) {
 
 bool ended(pid_t pid) { return castor::test::process_ended(pid); }
 
-// Waits (at most 60 s) until `pid` is blocked in recvmsg, as the first
-// number of /proc/PID/syscall says; where that file cannot be read, waits 5 s.
+// Waits (at most 60 s) until `pid` is blocked in recvmsg; where the kernel
+// does not show that, waits 5 s.
 void wait_until_in_recvmsg(pid_t pid) {
-  auto in_recvmsg = [pid](bool& readable) {
-    std::ifstream call("/proc/" + std::to_string(pid) + "/syscall");
-    std::string number;
-    readable = bool(call >> number);
-    return readable && number == std::to_string(SYS_recvmsg);
-  };
+  if (!castor::test::syscalls_visible()) {
+    std::this_thread::sleep_for(5s);
+    return;
+  }
   auto deadline = std::chrono::steady_clock::now() + 60s;
-  bool readable = true;
-  while (!in_recvmsg(readable) && readable && std::chrono::steady_clock::now() < deadline)
+  while (!castor::test::blocked_in(pid, SYS_recvmsg) && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
-  if (!readable) std::this_thread::sleep_for(5s);
 }
 
 }  // namespace
@@ -357,9 +353,7 @@ TEST_CASE("a requester killed with SIGKILL takes its server with it, and its wor
   REQUIRE(status.has_value());
   CHECK(WTERMSIG(*status) == SIGKILL);
   // FS6: the server reads the end of its socket and exits; it comes to us.
-  auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (!ended(server_pid) && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
-  CHECK_MESSAGE(ended(server_pid), "the fork server of a killed requester still runs");
+  CHECK_MESSAGE(castor::test::ends_within(server_pid, 30s), "the fork server of a killed requester still runs");
   ::waitpid(server_pid, nullptr, WNOHANG);
   // The worker outlives both; it came to us too, and we end it.
   CHECK_FALSE(ended(worker_pid));

@@ -1,6 +1,6 @@
-// Whether a process has ended, read from /proc without reaping it: tests
-// that watch a process which is not their child (a worker adopted by
-// another subreaper) or must not take its status from its waiter.
+// A process's state read from /proc without touching it: whether it has
+// ended (not reaping it: a worker adopted by another subreaper, or one whose
+// status its waiter must take) and which system call it waits in.
 #pragma once
 
 #include <sys/types.h>
@@ -29,6 +29,22 @@ inline bool ends_within(pid_t pid, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return true;
+}
+
+// Whether this kernel shows blocked system calls (/proc/PID/syscall); some
+// kernels and sandboxes do not.
+inline bool syscalls_visible() {
+  std::ifstream call("/proc/self/syscall");
+  std::string number;
+  return bool(call >> number);
+}
+
+// Whether `pid` is blocked in system call `number` (SYS_... of
+// <sys/syscall.h>), as the first field of /proc/PID/syscall says.
+inline bool blocked_in(pid_t pid, long number) {
+  std::ifstream call("/proc/" + std::to_string(pid) + "/syscall");
+  std::string first;
+  return call >> first && first == std::to_string(number);
 }
 
 }  // namespace castor::test
