@@ -10,6 +10,11 @@ gradients, steps once and answers both with the new parameters
 final test accuracy.
 """
 import argparse, gzip, json, os, statistics, threading, time
+
+# The same setting as castor's trainers (apps/parameter_server): OpenBLAS's
+# own pool, which torch.set_num_threads does not reach, at one thread. It is
+# read when the library loads, so before torch is imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import numpy as np
 import torch
 import torch.distributed.rpc as rpc

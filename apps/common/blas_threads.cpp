@@ -14,4 +14,9 @@ bool set_openblas_threads(int n) {
   return true;
 }
 
+void keep_openblas_to_one_thread() {
+  static const bool done = set_openblas_threads(1);
+  (void)done;
+}
+
 }  // namespace castor::apps

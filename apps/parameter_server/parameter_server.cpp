@@ -20,6 +20,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "apps/common/blas_threads.hpp"
 #include "apps/common/progress.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
@@ -251,7 +252,14 @@ class Trainer {
   /// One epoch: `steps` steps on its shard, each pushing gradients and
   /// continuing from the parameters the server returns. Returns its mean loss.
   double train_epoch(int64_t epoch, int64_t steps) {
-    at::set_num_threads(1);  // several workers share this host's cores
+    // Several workers share this host's cores: one ATen thread, and
+    // OpenBLAS's own pool (which that setting does not reach) at one thread
+    // too, as the pipeline's stages do. `castor-bench train` on a 2-core
+    // Intel VM, six alternating pairs of builds without and with it: 1.01-
+    // 1.18x the samples/s (median 1.14). An AMD VM had read the other way
+    // on 2026-11-27 (bench/README.md, "OpenBLAS's own threads").
+    at::set_num_threads(1);
+    keep_openblas_to_one_thread();
     const auto& data = cached_fashion_mnist("train", setup_.data_dir, setup_.limit);
     auto order = shard_order(data.size(), rank_, setup_.trainers, epoch, setup_.seed);
     auto& server = setup_.server;

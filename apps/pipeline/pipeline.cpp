@@ -40,16 +40,11 @@ namespace castor::apps::pipeline {
 // within the spread (bench/README.md). The single-process reference leaves
 // the pool as it is: on one ATen thread, OpenBLAS's second thread uses the
 // otherwise idle core, its fastest setting.
-void keep_blas_to_one_thread() {
-  static const bool done = set_openblas_threads(1);
-  (void)done;
-}
-
 struct FirstStageImpl : torch::nn::Module {
   FirstStageImpl(int64_t in, int64_t out) : fc(register_module("fc", torch::nn::Linear(in, out))) {}
   at::Tensor forward(const at::Tensor& x) {
     at::set_num_threads(threads);
-    if (one_blas_thread) keep_blas_to_one_thread();
+    if (one_blas_thread) keep_openblas_to_one_thread();
     return at::relu(fc(x));
   }
   torch::nn::Linear fc;
@@ -64,7 +59,7 @@ struct SecondStageImpl : torch::nn::Module {
         fc2(register_module("fc2", torch::nn::Linear(hidden, 10))) {}
   at::Tensor forward(const at::Tensor& x) {
     at::set_num_threads(threads);
-    if (one_blas_thread) keep_blas_to_one_thread();
+    if (one_blas_thread) keep_openblas_to_one_thread();
     return fc2(at::relu(fc1(x)));
   }
   torch::nn::Linear fc1, fc2;

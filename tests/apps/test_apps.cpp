@@ -1064,7 +1064,7 @@ TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused
   }
 }
 
-TEST_CASE("the pipeline's stages keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
+TEST_CASE("pipeline stages and parameter-server trainers can set OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
   using Getter = int (*)();
   auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (!get) {  // another BLAS: nothing to set, and nothing is pretended
