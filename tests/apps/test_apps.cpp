@@ -1064,11 +1064,12 @@ TEST_CASE("a worker watches only a launcher it can tell is alive: a gone, reused
   }
 }
 
-TEST_CASE("pipeline stages and parameter-server trainers can set OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
+TEST_CASE("pipeline stages and parameter-server trainers keep OpenBLAS's own pool to one thread where the process multiplies in OpenBLAS") {
   using Getter = int (*)();
   auto get = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   if (!get) {  // another BLAS: nothing to set, and nothing is pretended
     CHECK_FALSE(castor::apps::set_openblas_threads(1));
+    castor::apps::keep_openblas_to_one_thread();  // and the apps' call is harmless
     return;
   }
   int before = get();
@@ -1076,4 +1077,9 @@ TEST_CASE("pipeline stages and parameter-server trainers can set OpenBLAS's own 
   CHECK(get() == 1);
   REQUIRE(castor::apps::set_openblas_threads(before));
   CHECK(get() == before);
+  // What the stages and trainers call (once per process; no app runs in
+  // this test's process, ctest gives each case its own).
+  castor::apps::keep_openblas_to_one_thread();
+  CHECK(get() == 1);
+  REQUIRE(castor::apps::set_openblas_threads(before));
 }
