@@ -364,7 +364,12 @@ TEST_CASE("an RRef from another user passed where the function takes the value i
     for (int i = 0; i < 20; ++i) CHECK(at::equal(world[0].rpc_sync<at::Tensor>("worker1", "value_sum", on2), t.sum()));
     CHECK(borrowed_on(world[1]) == borrowed0 + 20);
     CHECK(handled(world[2], MessageType::rref_control) == control2);  // no fork_request, no user_delete
-    CHECK(eventually([&] { return handled(world[0], MessageType::rref_control) == control0 + 20; }));  // child_accepts
+    // worker1's twenty child_accepts. At least twenty, not exactly: on a
+    // loaded machine an ack can come later than the outbox's first resend
+    // (50 ms), and the resent copy is counted on arrival before worker0's
+    // context drops it as a duplicate (CI failed here once with an exact
+    // count; acks held 120 ms by fault injection make it read 40).
+    CHECK(eventually([&] { return handled(world[0], MessageType::rref_control) >= control0 + 20; }));
     CHECK(eventually([&] { return world[0].rref_debug_info().at("num_pending_children") == 0; }));
     CHECK(world[1].rref_debug_info().at("num_user_rrefs") == 0);
     // worker0's own, counted by worker2's context after the value may have
