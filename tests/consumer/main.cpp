@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   p.set_value(7);
   std::vector<castor::Future<torch::Tensor>> fs{f};
   castor::wait_all(fs);
-  auto g = w.rpc_sync<torch::Tensor>("worker0", "aten::add", a, a, castor::Timeout{std::chrono::milliseconds(500)});
+  auto g = w.rpc_sync<torch::Tensor>("worker0", "aten::add", a, a, castor::Timeout{std::chrono::milliseconds(10000)});
   castor::WorkerInfo me = w.get_worker_info();
   bool ok = t.sum().item<double>() == 4 && f.wait().sum().item<double>() == 6 && later.wait() == 7 &&
             g.sum().item<double>() == 4 && me.name == "worker0" && me.id == 0 &&

@@ -82,7 +82,7 @@ void knock_with_strangers(uint16_t port) {
   CHECK(probe::send_bytes("127.0.0.1", port, probe::garbage(8192, 11)).closed_by_worker);
   CHECK(probe::send_bytes("127.0.0.1", port, probe::http_get()).closed_by_worker);
   CHECK(probe::send_bytes("127.0.0.1", port, probe::tls_client_hello()).closed_by_worker);
-  CHECK(probe::send_bytes("127.0.0.1", port, probe::garbage(3, 5), 200ms, true).received.size() ==
+  CHECK(probe::send_bytes("127.0.0.1", port, probe::garbage(3, 5), 5000ms, true).received.size() ==
         castor::detail::door::kServerHelloBytes);
   for (int i = 0; i < 5; ++i) probe::port_scan("127.0.0.1", port);
 }
@@ -98,7 +98,7 @@ uint64_t refused(const nlohmann::json& snap, const char* cause) { return snap["d
 TEST_CASE("a world with a cluster secret keeps working while strangers knock at its castor and bulk ports") {
   test::LocalWorld world(2, [](WorkerOptions& o) {
     o.secret = kSecret;
-    o.greeting_timeout = 1000ms;  // the silent clients below outlast it
+    o.greeting_timeout = 3000ms;  // the silent clients below outlast it; a real greeting, even slowed by load, does not
   });
   auto port = world.master_port();  // worker0's castor port
   auto bulk_port = castor::testing::runtime(world[0]).bulk->port();
@@ -110,7 +110,7 @@ TEST_CASE("a world with a cluster secret keeps working while strangers knock at 
   // Silent clients hold a socket each until the greeting timeout, no more.
   std::vector<std::thread> silent;
   for (int i = 0; i < 4; ++i)
-    silent.emplace_back([port] { CHECK(probe::send_bytes("127.0.0.1", port, {}, 3000ms).closed_by_worker); });
+    silent.emplace_back([port] { CHECK(probe::send_bytes("127.0.0.1", port, {}, 6000ms).closed_by_worker); });
   // Other secrets, and none: refused by name.
   CHECK(probe::greeted("127.0.0.1", port, "not-the-cluster-secret-01", {}, {}, false) ==
         "it refused our greeting: the cluster secret differs (or one side has none)");

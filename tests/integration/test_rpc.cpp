@@ -186,10 +186,10 @@ TEST_CASE("a call past its timeout fails naming function, worker and limit -- th
   LocalWorld world(2);
   auto start = std::chrono::steady_clock::now();
   auto msg = error_of<TimeoutError>(
-      [&] { world[0].rpc_sync<int64_t>("worker1", "sleep_ms", 1500, Timeout{milliseconds(200)}); });
+      [&] { world[0].rpc_sync<int64_t>("worker1", "sleep_ms", 4000, Timeout{milliseconds(200)}); });
   auto took = std::chrono::steady_clock::now() - start;
   CHECK(msg == "call to 'sleep_ms' on worker worker1 timed out after 200 ms");
-  CHECK(took < milliseconds(1200));
+  CHECK(took < milliseconds(3000));  // long before the reply: the timeout ended the wait
   // The worker keeps working, and the late reply of the first call is ignored.
   CHECK(world[0].rpc_sync<int64_t>("worker1", "sleep_ms", 1500) == 1500);
   CHECK(world[0].rpc_sync<int64_t>("worker1", "add_ints", 1, 1) == 2);

@@ -198,7 +198,10 @@ TEST_CASE("a worker whose autograd mode differs is refused at init_rpc") {
   auto b = test::local_options(1, 2, port);
   a.autograd_mode = AutogradMode::smart;
   b.autograd_mode = AutogradMode::fast;
-  a.init_timeout = b.init_timeout = milliseconds(3000);
+  // Rank 0 waits out its timeout for the refused rank; rank 1 is refused as
+  // soon as rank 0 answers, however long a loaded machine takes to start it.
+  a.init_timeout = milliseconds(6000);
+  b.init_timeout = milliseconds(20000);
   auto fa = std::async(std::launch::async, [&] {
     try {
       init_rpc(a);
@@ -214,6 +217,6 @@ TEST_CASE("a worker whose autograd mode differs is refused at init_rpc") {
     msg = e.what();
   }
   CHECK(msg.find("uses autograd mode 'fast', rank 0 uses 'smart'") != std::string::npos);
-  CHECK(bounded(milliseconds(10000), "rank 0 init", [&] { return fa.get(); }).find("waiting for ranks 1") !=
+  CHECK(bounded(milliseconds(20000), "rank 0 init", [&] { return fa.get(); }).find("waiting for ranks 1") !=
         std::string::npos);
 }
