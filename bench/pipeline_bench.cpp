@@ -17,6 +17,7 @@
 //    arithmetic alone lets four micro-batches pay. Issue 21's pipeline
 //    targets are read on it (bench/README.md).
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
@@ -102,6 +103,7 @@ std::vector<Figure> bench_pipeline(const Options& opts) {
   Reference small_reference(small, "pipeline_", out);
   Reference balanced_reference(balanced, "pipeline_balanced_", out);
   BenchWorld world(opts, 3);
+  std::fprintf(stderr, "pipeline: %s\n", apps::pipeline::bind_stages(world.self(), small).c_str());
   run_model(world.self(), small, small_reference, "pipeline_", out);
   run_model(world.self(), balanced, balanced_reference, "pipeline_balanced_", out);
   return out;

@@ -31,10 +31,17 @@ struct PipelineConfig {
   bool progress = true;
   int64_t stage1_rank = 1;
   int64_t stage2_rank = 2;
+  bool bind_stages = true;    // bind_stages: a CPU each when they share a host
 };
 
 /// Refuses settings out of range (std::invalid_argument naming the flags).
 void check(const PipelineConfig& cfg);
+
+/// Note [Pipeline], P1: two stages on two workers of one host are bound to
+/// a CPU each (the first and the second of those each may use), unless
+/// `cfg.bind_stages` is off. Returns a line that says what was done or why
+/// not; a stage that could not be bound leaves the other one bound.
+std::string bind_stages(Worker& w, const PipelineConfig& cfg);
 
 /// Trains on the driver `w` (rank 0) through the stages' owners; one point
 /// per epoch (training loss, test accuracy, seconds, samples/s).

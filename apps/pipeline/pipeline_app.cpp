@@ -28,6 +28,7 @@ void declare_flags(po::options_description& flags) {
       ("data", po::value<std::string>()->default_value(d.data_dir)->value_name("DIR"), "Fashion-MNIST folder")
       ("out", po::value<std::string>()->value_name("PREFIX"),
        "write PREFIX.csv and PREFIX.svg (default castor-out/pipeline-<job>)")
+      ("no-stage-binding", po::bool_switch(), "leave the stages unbound even when they share a host")
       ("no-progress", po::bool_switch(), "no progress bar");
 }
 
@@ -47,6 +48,7 @@ PipelineConfig config_from(const Flags& args) {
   cfg.test_limit = args.get<int64_t>("test-limit");
   cfg.data_dir = args.get<std::string>("data");
   cfg.progress = !args.get<bool>("no-progress");
+  cfg.bind_stages = !args.get<bool>("no-stage-binding");
   check(cfg);
   return cfg;
 }
@@ -61,6 +63,7 @@ int run(Worker& w, const Flags& args) {
               (long long)cfg.hidden1, w.get_worker_info(cfg.stage1_rank).name.c_str(), (long long)cfg.hidden1,
               (long long)cfg.hidden2, w.get_worker_info(cfg.stage2_rank).name.c_str(), (long long)cfg.micro_batches,
               (long long)cfg.batch);
+  std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
   std::fflush(stdout);
   TrainingLog log("castor pipeline (2 stages, " + std::to_string(cfg.micro_batches) + " micro-batches) on Fashion-MNIST");
   for (const auto& point : run_pipeline(w, cfg)) log.add(point);
