@@ -18,6 +18,8 @@
 //     two CPUs: --no-stage-binding leaves them free.
 #include "apps/pipeline/pipeline.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -87,9 +89,16 @@ TORCH_MODULE(SecondStage);
 CASTOR_REMOTE_MODULE(castor::apps::pipeline::FirstStage, int64_t, int64_t);
 CASTOR_REMOTE_MODULE(castor::apps::pipeline::SecondStage, int64_t, int64_t);
 
+namespace castor::apps::pipeline {
+namespace {
+// Where this worker runs: "<host> <pid>", the host as host_identity names it.
+std::string where_this_runs() { return host_identity() + " " + std::to_string(::getpid()); }
+}  // namespace
+}  // namespace castor::apps::pipeline
+
 // What the driver asks of a stage's worker before the stages are made
-// (bind_stages): which host it is on, and to bind itself to a CPU.
-CASTOR_FUNCTION(pipeline_host_identity, []() { return castor::apps::host_identity(); });
+// (bind_stages): where it runs, and to bind itself to a CPU.
+CASTOR_FUNCTION(pipeline_where, []() { return castor::apps::pipeline::where_this_runs(); });
 CASTOR_FUNCTION(pipeline_bind_to_cpu_slot, [](int64_t slot) {
   std::string why;
   return castor::apps::bind_process_to_cpu_slot(int(slot), why) ? std::string() : why;
@@ -177,9 +186,14 @@ std::string bind_stages(Worker& w, const PipelineConfig& cfg) {
   if (!cfg.bind_stages) return "stages not bound to CPUs (--no-stage-binding)";
   auto first = w.get_worker_info(cfg.stage1_rank).name, second = w.get_worker_info(cfg.stage2_rank).name;
   if (cfg.stage1_rank == cfg.stage2_rank) return "stages not bound to CPUs: both are on " + first;
-  auto host = w.rpc_sync<std::string>(first, "pipeline_host_identity");
-  if (host.empty() || host != w.rpc_sync<std::string>(second, "pipeline_host_identity"))
-    return "stages not bound to CPUs: they do not share a host";
+  // A process is bound whole: a stage that shares its process with the
+  // driver or the other stage (workers started in one program) stays free.
+  auto at1 = w.rpc_sync<std::string>(first, "pipeline_where"), at2 = w.rpc_sync<std::string>(second, "pipeline_where");
+  if (at1 == where_this_runs() || at2 == where_this_runs())
+    return "stages not bound to CPUs: a stage runs in the driver's process";
+  if (at1 == at2) return "stages not bound to CPUs: both run in one process";
+  auto host_of = [](const std::string& where) { return where.substr(0, where.find(' ')); };
+  if (host_of(at1).empty() || host_of(at1) != host_of(at2)) return "stages not bound to CPUs: they do not share a host";
   for (auto [name, slot] : {std::pair{first, 0}, std::pair{second, 1}}) {
     auto why = w.rpc_sync<std::string>(name, "pipeline_bind_to_cpu_slot", int64_t(slot));
     if (!why.empty()) return "stages not bound to CPUs: on " + name + ", " + why;

@@ -37,10 +37,11 @@ struct PipelineConfig {
 /// Refuses settings out of range (std::invalid_argument naming the flags).
 void check(const PipelineConfig& cfg);
 
-/// Note [Pipeline], P1: two stages on two workers of one host are bound to
-/// a CPU each (the first and the second of those each may use), unless
-/// `cfg.bind_stages` is off. Returns a line that says what was done or why
-/// not; a stage that could not be bound leaves the other one bound.
+/// Note [Pipeline], P1: two stages in two processes of one host, neither
+/// the driver's, are bound to a CPU each (the first and the second of those
+/// each may use), unless `cfg.bind_stages` is off. Returns a line that says
+/// what was done or why not; a stage that could not be bound leaves the
+/// other one bound.
 std::string bind_stages(Worker& w, const PipelineConfig& cfg);
 
 /// Trains on the driver `w` (rank 0) through the stages' owners; one point

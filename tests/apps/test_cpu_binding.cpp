@@ -2,18 +2,23 @@
 // binding itself, in this process, and the app's decision, through castor run.
 #include <doctest/doctest.h>
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <filesystem>
+#include <future>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "actors/api/worker.hpp"
 #include "apps/cli_runs.hpp"
 #include "apps/common/cpu_binding.hpp"
+#include "apps/pipeline/pipeline.hpp"
 #include "support/errors.hpp"
 
 using castor::test::contains;
@@ -29,6 +34,31 @@ std::vector<int> cpus_of(pthread_t thread) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   return cpus;
+}
+
+// A port the kernel just gave out, free again.
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+castor::WorkerOptions in_process(int rank, uint16_t port) {
+  castor::WorkerOptions o;
+  o.name = "worker" + std::to_string(rank);
+  o.rank = rank;
+  o.world_size = 2;
+  o.master = {"127.0.0.1", port};
+  o.host = "127.0.0.1";
+  o.init_timeout = std::chrono::seconds(30);
+  o.intra_op_threads = 1;
+  return o;
 }
 
 // A folder of this test process's own for the runs' curves, removed at the end.
@@ -114,4 +144,25 @@ TEST_CASE("pipeline app: stages on one host are bound to a CPU each, unless both
     REQUIRE(r.code == 0);
     CHECK(contains(r.output, "pipeline: stages not bound to CPUs: both are on worker1\n"));
   }
+}
+
+TEST_CASE("pipeline: a stage in the driver's own process is left free, the process unbound") {
+  const auto allowed = cpus_of(pthread_self());
+  auto port = free_port();
+  auto second = std::async(std::launch::async, [port] { return castor::init_rpc(in_process(1, port)); });
+  auto driver = castor::init_rpc(in_process(0, port));
+  auto stage = second.get();
+  castor::apps::pipeline::PipelineConfig cfg;
+  cfg.stage1_rank = 0;
+  cfg.stage2_rank = 1;
+  CHECK(castor::apps::pipeline::bind_stages(driver, cfg) ==
+        "stages not bound to CPUs: a stage runs in the driver's process");
+  cfg.stage1_rank = 1;
+  cfg.stage2_rank = 0;
+  CHECK(castor::apps::pipeline::bind_stages(driver, cfg) ==
+        "stages not bound to CPUs: a stage runs in the driver's process");
+  CHECK(cpus_of(pthread_self()) == allowed);
+  auto stopping = std::async(std::launch::async, [&stage] { stage.shutdown(); });
+  driver.shutdown();
+  stopping.get();
 }
