@@ -2,10 +2,8 @@
 // binding itself, in this process, and the app's decision, through castor run.
 #include <doctest/doctest.h>
 
-#include <netinet/in.h>
 #include <pthread.h>
 #include <sched.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,6 +14,7 @@
 #include <vector>
 
 #include "actors/api/worker.hpp"
+#include "actors/transport/sockets.hpp"
 #include "apps/cli_runs.hpp"
 #include "apps/common/cpu_binding.hpp"
 #include "apps/pipeline/pipeline.hpp"
@@ -34,19 +33,6 @@ std::vector<int> cpus_of(pthread_t thread) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   return cpus;
-}
-
-// A port the kernel just gave out, free again.
-uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 castor::WorkerOptions in_process(int rank, uint16_t port) {
@@ -148,7 +134,7 @@ TEST_CASE("pipeline app: stages on one host are bound to a CPU each, unless both
 
 TEST_CASE("pipeline: a stage in the driver's own process is left free, the process unbound") {
   const auto allowed = cpus_of(pthread_self());
-  auto port = free_port();
+  auto port = castor::detail::net::free_local_port();
   auto second = std::async(std::launch::async, [port] { return castor::init_rpc(in_process(1, port)); });
   auto driver = castor::init_rpc(in_process(0, port));
   auto stage = second.get();
