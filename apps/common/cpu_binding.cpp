@@ -23,29 +23,24 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
-// Sets the mask of every thread listed in /proc/self/task; returns how many
-// it changed, or -1 with `why` on a refusal other than a thread that ended
-// meanwhile (ESRCH).
-int bind_listed_threads(const cpu_set_t& set, std::string& why) {
+// Sets the mask of every thread listed in /proc/self/task; false with `why`
+// on a refusal other than a thread that ended meanwhile (ESRCH).
+bool bind_listed_threads(const cpu_set_t& set, std::string& why) {
   DIR* dir = opendir("/proc/self/task");
   if (!dir) {
     why = std::string("cannot list this process's threads: ") + std::strerror(errno);
-    return -1;
+    return false;
   }
-  int changed = 0;
+  bool bound = true;
   while (auto* entry = readdir(dir)) {
     pid_t tid = pid_t(std::atoi(entry->d_name));
-    if (tid <= 0) continue;
-    if (sched_setaffinity(tid, sizeof set, &set) == 0) {
-      ++changed;
-    } else if (errno != ESRCH) {
-      why = "the kernel refused to bind thread " + std::to_string(tid) + ": " + std::strerror(errno);
-      closedir(dir);
-      return -1;
-    }
+    if (tid <= 0 || sched_setaffinity(tid, sizeof set, &set) == 0 || errno == ESRCH) continue;
+    why = "the kernel refused to bind thread " + std::to_string(tid) + ": " + std::strerror(errno);
+    bound = false;
+    break;
   }
   closedir(dir);
-  return changed;
+  return bound;
 }
 
 }  // namespace
@@ -82,7 +77,7 @@ bool bind_process_to_cpu_slot(int slot, std::string& why) {
   // not bound yet: a second pass binds it (new threads from then on start
   // from bound ones).
   for (int pass = 0; pass < 2; ++pass)
-    if (bind_listed_threads(set, why) < 0) return false;
+    if (!bind_listed_threads(set, why)) return false;
   bound_slot = slot;
   bound_cpu = cpus[size_t(slot)];
   return true;

@@ -77,21 +77,27 @@ TEST_CASE("a process bound to a CPU slot: every thread, those before and after, 
     MESSAGE("one CPU here: nothing to bind to");
     return;
   }
-  std::atomic<bool> go{false};
-  std::thread before([&] {
-    while (!go.load()) std::this_thread::yield();
-  });
+  // A thread already running when the process is bound; it ends when the
+  // case does, a failed REQUIRE included.
+  struct Running {
+    std::atomic<bool> go{false};
+    std::thread thread{[this] {
+      while (!go.load()) std::this_thread::yield();
+    }};
+    ~Running() {
+      go = true;
+      thread.join();
+    }
+  } before;
   why.clear();
   REQUIRE_MESSAGE(castor::apps::bind_process_to_cpu_slot(1, why), why);
   const std::vector<int> second{allowed[1]};
   CHECK(cpus_of(pthread_self()) == second);
-  CHECK(cpus_of(before.native_handle()) == second);
+  CHECK(cpus_of(before.thread.native_handle()) == second);
   std::vector<int> seen_after;
   std::thread after([&] { seen_after = cpus_of(pthread_self()); });
   after.join();
   CHECK(seen_after == second);
-  go = true;
-  before.join();
   // Bound once: the same slot again is a no-op, another is refused by name.
   CHECK(castor::apps::bind_process_to_cpu_slot(1, why));
   CHECK_FALSE(castor::apps::bind_process_to_cpu_slot(0, why));
