@@ -29,10 +29,11 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 // wake and itself a trip through the scheduler before it runs again: one of
 // the four thread wakes of a call's round trip (B8 of Note [Bulk path]).
 //  WR1 So a wait first watches the future's flag for up to 100 µs
-//      (spin_limit(); less if its timeout is shorter), yielding the core
-//      after every few looks so that another thread on the same core (the
-//      reader that will complete it, the peer's executor on two cores) runs
-//      first; only then does it sleep on the condition variable. Measured
+//      (spin_limit(); less if its timeout is shorter, more under WR4),
+//      yielding the core after every few looks so that another thread on
+//      the same core (the reader that will complete it, the peer's
+//      executor on two cores) runs first; only then does it sleep on the
+//      condition variable. Measured
 //      on a 2-core VM, the same build with and without: a small rpc_sync
 //      takes 0.63-0.68 of its time without; dist autograd 1-hop 0.87, the
 //      parameter-server and pipeline benches unchanged (bench/README.md).
@@ -40,21 +41,61 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 //      thread is refused as before, and an executor thread counts as
 //      blocked (E2) while it watches.
 //  WR3 What a watch costs is bounded: at most the limit of one core per
-//      wait, against a wake that a sleep would cost anyway. CASTOR_WAIT_SPIN_US
-//      sets another limit (0: sleep at once), for hosts whose cores are all
-//      taken by other work.
+//      wait (WR4's cap at most), against a wake that a sleep would cost
+//      anyway. CASTOR_WAIT_SPIN_US sets a fixed limit instead (0: sleep at
+//      once), for hosts whose cores are all taken by other work.
+//  WR4 The limit follows the thread's own waits. A thread whose waits
+//      keep ending a little after 100 µs (a parameter-server trainer's
+//      round: 0.8-1 ms on two cores) would sleep and be woken every time.
+//      So each thread keeps a running mean of how long its waits lasted
+//      (weight 1/8, each wait counted up to 4x the cap), and watches for
+//      1.5x that mean when the mean lies between WR1's 100 µs and the cap
+//      of 2 ms and its last wait ended within the cap; otherwise 100 µs as
+//      before. A wait expected to outlast the cap would sleep anyway, and
+//      one long wait (a 64 MiB echo's 10 ms, whose copy takes both cores)
+//      must not make the next one watch for milliseconds: with the mean
+//      alone, castor-bench rpc's echo_64MiB_vs_memcpy_floor_x read 1.43-1.72
+//      against 1.29-1.37 (three runs each). Measured with castor-bench
+//      train on a 2-core Intel VM, alternating pairs: a fixed 1 ms limit
+//      read 1.02-1.12x the samples/s of 100 µs (eight pairs, median 1.08),
+//      2.5 ms no better than 1 ms (four pairs, 0.96-1.00), and this limit
+//      1.00-1.20x (eight pairs, median 1.09; six more after the last-wait
+//      rule, 0.95-1.21, median 1.05). castor-bench pipeline, autograd and
+//      rpc read within their spread (bench/README.md).
 namespace {
-constexpr long kSpinLimitDefaultUs = 100;  // WR1, WR3: a small call's round trip on a 2-core VM
+using Micros = std::chrono::microseconds;
+constexpr Micros kSpinFloor{100};     // WR1: a small call's round trip on a 2-core VM
+constexpr Micros kSpinCap{2000};      // WR4
+constexpr long kMeanWeightShift = 3;  // WR4: each wait moves the mean by 1/8 of its distance
 
-std::chrono::microseconds spin_limit() {
-  static const std::chrono::microseconds limit = [] {
+// CASTOR_WAIT_SPIN_US (WR3); nullopt: WR4's adaptive limit.
+std::optional<Micros> fixed_spin_limit() {
+  static const std::optional<Micros> limit = []() -> std::optional<Micros> {
     const char* v = std::getenv("CASTOR_WAIT_SPIN_US");
+    if (!v || !*v) return std::nullopt;
     char* end = nullptr;
-    long us = v && *v ? std::strtol(v, &end, 10) : kSpinLimitDefaultUs;
-    if (v && *v && (*end != '\0' || us < 0 || us > 1000000)) us = kSpinLimitDefaultUs;
-    return std::chrono::microseconds(us);
+    long us = std::strtol(v, &end, 10);
+    if (*end != '\0' || us < 0 || us > 1000000) return std::nullopt;
+    return Micros(us);
   }();
   return limit;
+}
+
+// WR4: this thread's running mean of its waits, and its last, in microseconds.
+thread_local long tl_mean_wait_us = kSpinFloor.count();
+thread_local long tl_last_wait_us = kSpinFloor.count();
+
+Micros spin_limit() {
+  if (auto fixed = fixed_spin_limit()) return *fixed;
+  long mean = tl_mean_wait_us;
+  if (mean <= kSpinFloor.count() || mean > kSpinCap.count() || tl_last_wait_us > kSpinCap.count()) return kSpinFloor;
+  return std::min(kSpinCap, Micros(mean + mean / 2));
+}
+
+void note_wait(Micros lasted) {
+  long us = std::min<long>(lasted.count(), 4 * kSpinCap.count());
+  tl_last_wait_us = us;
+  tl_mean_wait_us += (us - tl_mean_wait_us) / (1L << kMeanWeightShift);
 }
 
 inline void cpu_relax() {
@@ -64,8 +105,26 @@ inline void cpu_relax() {
 }
 }  // namespace
 
-bool FutureCore::spin_until_done(std::optional<std::chrono::milliseconds> timeout) const {
-  auto limit = timeout ? std::min<std::chrono::microseconds>(*timeout, spin_limit()) : spin_limit();
+std::chrono::microseconds wait_watch_limit() { return spin_limit(); }
+
+bool FutureCore::wait_not_done(std::optional<std::chrono::milliseconds> timeout) const {
+  WaitGuard guard;
+  auto start = std::chrono::steady_clock::now();
+  auto limit = timeout ? std::min<Micros>(*timeout, spin_limit()) : spin_limit();
+  bool done = spin_until_done(limit);
+  if (!done) {
+    std::unique_lock<std::mutex> lock(mtx_);
+    if (!timeout)
+      cv_.wait(lock, [&] { return done_; });
+    else
+      cv_.wait_for(lock, *timeout, [&] { return done_; });
+    done = done_;
+  }
+  note_wait(std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now() - start));
+  return done;
+}
+
+bool FutureCore::spin_until_done(Micros limit) const {
   if (limit.count() == 0) return done_seen_.load(std::memory_order_acquire);
   auto until = std::chrono::steady_clock::now() + limit;
   do {

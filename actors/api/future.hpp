@@ -56,15 +56,7 @@ class FutureCore {
   /// Blocks until done (or `timeout` passes: returns false).
   bool wait_done(std::optional<std::chrono::milliseconds> timeout) const {
     if (done_seen_.load(std::memory_order_acquire)) return true;
-    WaitGuard guard;
-    if (spin_until_done(timeout)) return true;
-    std::unique_lock<std::mutex> lock(mtx_);
-    if (done_) return true;
-    if (!timeout) {
-      cv_.wait(lock, [&] { return done_; });
-      return true;
-    }
-    return cv_.wait_for(lock, *timeout, [&] { return done_; });
+    return wait_not_done(timeout);
   }
 
   std::optional<ErrorInfo> error() const {
@@ -131,9 +123,10 @@ class FutureCore {
       cb();
   }
 
-  /// Note [Waiting for a reply]: watches `done_seen_` for a short while
-  /// before the caller sleeps on `cv_` (future.cpp).
-  bool spin_until_done(std::optional<std::chrono::milliseconds> timeout) const;
+  /// Note [Waiting for a reply] (future.cpp): watches `done_seen_` for a
+  /// while, then sleeps on `cv_`.
+  bool wait_not_done(std::optional<std::chrono::milliseconds> timeout) const;
+  bool spin_until_done(std::chrono::microseconds limit) const;
 
   mutable std::mutex mtx_;
   mutable std::condition_variable cv_;

@@ -106,6 +106,41 @@ TEST_CASE("a wait sees a completion that comes while it watches and one that com
   f.join();
 }
 
+TEST_CASE("a thread whose waits last a little longer than the watch watches longer, and a long wait undoes it (WR4)") {
+  using std::chrono::microseconds;
+  using castor::detail::wait_watch_limit;
+  // Runs on a thread of its own: the limit follows this thread's waits only.
+  std::thread([] {
+    auto wait_lasting = [](microseconds delay) {
+      Promise<int64_t> p;
+      std::thread t([p, delay] {
+        std::this_thread::sleep_for(delay);
+        p.set_value(1);
+      });
+      CHECK(p.future().wait(milliseconds(5000)) == 1);
+      t.join();
+    };
+    CHECK(wait_watch_limit() == microseconds(100));  // WR1's watch, before any wait
+    // Waits of about 500 µs (a sleep may last longer on a loaded machine:
+    // up to 200 of them until the running mean settles inside the range).
+    bool longer = false;
+    for (int i = 0; i < 200 && !longer; ++i) {
+      wait_lasting(microseconds(500));
+      longer = wait_watch_limit() > microseconds(100);
+    }
+    CHECK(longer);
+    CHECK(wait_watch_limit() <= microseconds(2000));  // the cap
+    // One wait beyond the cap: the next watch is WR1's again.
+    wait_lasting(microseconds(10000));
+    CHECK(wait_watch_limit() == microseconds(100));
+    // Waits that keep lasting beyond the cap never watch longer.
+    for (int i = 0; i < 20; ++i) {
+      wait_lasting(microseconds(5000));
+      CHECK(wait_watch_limit() == microseconds(100));
+    }
+  }).join();
+}
+
 TEST_CASE("blocking on a CAF scheduler thread is refused, not a deadlock") {
   Promise<int64_t> p;
   auto f = p.future();
