@@ -33,10 +33,10 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 //      yielding the core after every few looks so that another thread on
 //      the same core (the reader that will complete it, the peer's
 //      executor on two cores) runs first; only then does it sleep on the
-//      condition variable. Measured
-//      on a 2-core VM, the same build with and without: a small rpc_sync
-//      takes 0.63-0.68 of its time without; dist autograd 1-hop 0.87, the
-//      parameter-server and pipeline benches unchanged (bench/README.md).
+//      condition variable. Measured on a 2-core VM, the same build with
+//      and without: a small rpc_sync takes 0.63-0.68 of its time without;
+//      dist autograd 1-hop 0.87, the parameter-server and pipeline benches
+//      unchanged (bench/README.md).
 //  WR2 The watch comes after WaitGuard: a wait that would block a CAF
 //      thread is refused as before, and an executor thread counts as
 //      blocked (E2) while it watches.
@@ -51,7 +51,10 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 //      (weight 1/8, each wait counted up to 4x the cap), and watches for
 //      1.5x that mean when the mean lies between WR1's 100 µs and the cap
 //      of 2 ms and its last wait ended within the cap; otherwise 100 µs as
-//      before. A wait expected to outlast the cap would sleep anyway, and
+//      before. A wait that timed out counts as one beyond the cap: it says
+//      nothing of when its future completes, and a loop of short timed
+//      waits (a poll) must not watch through each of them. A wait expected
+//      to outlast the cap would sleep anyway, and
 //      one long wait (a 64 MiB echo's 10 ms, whose copy takes both cores)
 //      must not make the next one watch for milliseconds: with the mean
 //      alone, castor-bench rpc's echo_64MiB_vs_memcpy_floor_x read 1.43-1.72
@@ -120,7 +123,8 @@ bool FutureCore::wait_not_done(std::optional<std::chrono::milliseconds> timeout)
       cv_.wait_for(lock, *timeout, [&] { return done_; });
     done = done_;
   }
-  note_wait(std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now() - start));
+  note_wait(done ? std::chrono::duration_cast<Micros>(std::chrono::steady_clock::now() - start)
+                 : 4 * kSpinCap);  // WR4: a timed-out wait counts as one beyond the cap
   return done;
 }
 

@@ -106,7 +106,7 @@ TEST_CASE("a wait sees a completion that comes while it watches and one that com
   f.join();
 }
 
-TEST_CASE("a thread whose waits last a little longer than the watch watches longer, and a long wait undoes it (WR4)") {
+TEST_CASE("a thread whose waits last a little longer than the watch watches longer, and a long or timed-out wait undoes it (WR4)") {
   using std::chrono::microseconds;
   using castor::detail::wait_watch_limit;
   // Runs on a thread of its own: the limit follows this thread's waits only.
@@ -132,6 +132,16 @@ TEST_CASE("a thread whose waits last a little longer than the watch watches long
     CHECK(wait_watch_limit() <= microseconds(2000));  // the cap
     // One wait beyond the cap: the next watch is WR1's again.
     wait_lasting(microseconds(10000));
+    CHECK(wait_watch_limit() == microseconds(100));
+    // So is the next after a wait that timed out, however short (a poll).
+    longer = false;
+    for (int i = 0; i < 200 && !longer; ++i) {
+      wait_lasting(microseconds(500));
+      longer = wait_watch_limit() > microseconds(100);
+    }
+    CHECK(longer);
+    Promise<int64_t> never;
+    CHECK_THROWS_AS(never.future().wait(milliseconds(1)), TimeoutError);
     CHECK(wait_watch_limit() == microseconds(100));
     // Waits that keep lasting beyond the cap never watch longer.
     for (int i = 0; i < 20; ++i) {
