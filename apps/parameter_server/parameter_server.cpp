@@ -10,7 +10,6 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -22,6 +21,7 @@
 
 #include "apps/common/blas_threads.hpp"
 #include "apps/common/progress.hpp"
+#include "apps/common/rejoin_wait.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/mesh.hpp"
@@ -364,16 +364,6 @@ void restore(ParameterServer& ps, const std::string& snapshot) {
   std::istringstream in(snapshot);
   archive.load_from(in);
   ps.load(archive);
-}
-
-// J3: waits until worker `rank` is alive again (it rejoined), at most `limit`.
-bool await_rejoin(Worker& w, int64_t rank, std::chrono::milliseconds limit) {
-  auto deadline = Clock::now() + limit;
-  while (!w.is_alive(rank)) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
 }
 
 // How many of an epoch's trainer calls have completed (their callbacks run

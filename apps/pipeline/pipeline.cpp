@@ -16,14 +16,60 @@
 //     four 1.19-1.35x (bench/README.md, "The pipeline's stages bound to a
 //     CPU each"). Two jobs on one host would bind their stages to the same
 //     two CPUs: --no-stage-binding leaves them free.
+//
+// Note [Pipeline failure]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// The stages hold the training's whole state (the layers and the momentum);
+// the driver holds only the order of the samples. So a stage's death is
+// survived through checkpoints (castor::Checkpoint: both stages' modules and
+// the optimizer's state, after every --checkpoint-every epochs).
+//  PF1 Under a restart policy (PipelineConfig::rejoin: `--max-restarts`,
+//      which starts a dead stage's worker again alone, R2 of Note [Restart
+//      policy]) the driver always checkpoints, before the first epoch too:
+//      in --checkpoint-dir or the cluster file's checkpoint_dir, else in a
+//      folder of its own (castor-out/pipeline-<job>.checkpoint) when every
+//      stage runs on its host, which it removes when training ends. With
+//      stages on other hosts and no folder given, a stage's death ends the
+//      job, as without a restart policy, and the driver says so at start.
+//  PF2 A stage whose worker dies during an epoch (in a forward, the
+//      backward, the optimizer's step, the test pass or a checkpoint's save)
+//      fails that epoch's call with an RpcError. The driver waits until every
+//      stage's worker is alive again under its new incarnation (Note
+//      [Rejoin]), builds both stages and the optimizer again there, restores
+//      the last checkpoint into them, and runs again from the epoch after
+//      it, in the undisturbed run's order of samples (the generator replays
+//      the permutations of the epochs before). The survivor is built again
+//      too: the failed step may have stepped its layers and not the dead
+//      stage's. An error is taken as a stage's death only if the failure
+//      handler saw one, or a stage's worker is found dead, within 2 s of it;
+//      any other error fails the job as before.
+//  PF3 A stage that is not back within PipelineConfig::rejoin_wait fails the
+//      job, naming it. One that dies again while it is taken back is taken
+//      back again: the launcher's restart budget (R4) bounds how often.
+//  PF4 The returned points hold each epoch once, from the checkpoint where
+//      it covers them; `on_epoch` sees again an epoch that ran after the
+//      restored checkpoint and runs again.
+//  PF5 With a checkpoint folder (restart policy or not), the driver resumes
+//      from the folder's last checkpoint at start: a job that R3 started
+//      again whole (rank 0 died) goes on after it. A checkpoint made with
+//      other settings (checkpoint_meta's, all but the epochs and the
+//      micro-batches) is refused, naming both.
+//  PF6 A stage that dies once training is over is excused from the graceful
+//      shutdown; its new life finds the job ending (RJ7 of Note [Rejoin]).
 #include "apps/pipeline/pipeline.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -36,6 +82,8 @@
 #include "apps/common/blas_threads.hpp"
 #include "apps/common/cpu_binding.hpp"
 #include "apps/common/progress.hpp"
+#include "apps/common/rejoin_wait.hpp"
+#include "apps/pipeline/pipeline_checkpoint.hpp"
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "optimizer/remote_module.hpp"
@@ -209,6 +257,84 @@ void check(const PipelineConfig& cfg) {
                                 "1 <= --micro-batches <= --batch-size");
 }
 
+namespace {
+
+// The stages, their optimizer and their checkpoint: built as training
+// starts, and again on the stages' new lives after a death (PF2).
+struct Trainee {
+  Trainee(Worker& w, const PipelineConfig& cfg, const std::string& checkpoint_dir)
+      : p{nn::RemoteModule<FirstStage>(w, cfg.stage1_rank, 784, cfg.hidden1),
+          nn::RemoteModule<SecondStage>(w, cfg.stage2_rank, cfg.hidden1, cfg.hidden2)},
+        optimizer(w, sgd_of(cfg), parameters_of(p)) {
+    if (checkpoint_dir.empty()) return;
+    checkpoint.emplace(w, checkpoint_dir);
+    checkpoint->add("stage1", p.first).add("stage2", p.second).add("optimizer", optimizer);
+  }
+  static optim::SGD sgd_of(const PipelineConfig& cfg) {
+    optim::SGD spec{cfg.lr};
+    spec.momentum = cfg.momentum;
+    return spec;
+  }
+  static std::vector<RRef<at::Tensor>> parameters_of(const Pipeline& p) {
+    auto params = p.first.parameter_rrefs();
+    for (auto& r : p.second.parameter_rrefs()) params.push_back(r);
+    return params;
+  }
+  Pipeline p;
+  optim::DistributedOptimizer optimizer;
+  std::optional<Checkpoint> checkpoint;
+};
+
+// PF2: the deaths of the stages' workers that the failure handler saw
+// (which also takes them in charge: Note [Shutdown with survivors]).
+class StageDeaths {
+ public:
+  StageDeaths(Worker& w, std::vector<int64_t> ranks) : w_(w), seen_(std::make_shared<std::atomic<uint64_t>>(0)) {
+    id_ = w.on_worker_failure([ranks, seen = seen_](const WorkerFailure& f) {
+      if (std::find(ranks.begin(), ranks.end(), f.worker.id) != ranks.end()) seen->fetch_add(1);
+    });
+  }
+  ~StageDeaths() { w_.remove_failure_handler(id_); }
+  StageDeaths(const StageDeaths&) = delete;
+  StageDeaths& operator=(const StageDeaths&) = delete;
+  uint64_t seen() const { return seen_->load(); }
+
+ private:
+  Worker& w_;
+  std::shared_ptr<std::atomic<uint64_t>> seen_;
+  FailureHandlerId id_ = 0;
+};
+
+// The generator of the samples' order as it stands after `epochs` epochs
+// (each draws one permutation): a run resumed there trains in the
+// undisturbed run's order.
+at::Generator order_after(const PipelineConfig& cfg, int64_t samples, int64_t epochs) {
+  auto gen = at::detail::createCPUGenerator(uint64_t(cfg.seed));
+  for (int64_t e = 0; e < epochs; ++e) at::randperm(samples, gen, at::kLong);
+  return gen;
+}
+
+// PF1: the checkpoint folder, if any: the one given, else (under rejoin)
+// the driver's own when every stage runs on its host, where the driver can
+// check the stages' files (C5 of Note [Checkpoint]).
+std::string checkpoint_folder(Worker& w, const PipelineConfig& cfg) {
+  if (!cfg.checkpoint_dir.empty()) return cfg.checkpoint_dir;
+  if (!cfg.rejoin || cfg.own_checkpoint_dir.empty()) return "";
+  auto host_of = [](const std::string& where) { return where.substr(0, where.find(' ')); };
+  for (auto rank : {cfg.stage1_rank, cfg.stage2_rank}) {
+    auto name = w.get_worker_info(rank).name;
+    if (host_of(w.rpc_sync<std::string>(name, "pipeline_where")) != host_of(where_this_runs())) {
+      std::printf("pipeline: %s runs on another host and no --checkpoint-dir (on storage every host shares) was "
+                  "given: a stage's death ends the job\n",
+                  name.c_str());
+      return "";
+    }
+  }
+  return cfg.own_checkpoint_dir;
+}
+
+}  // namespace
+
 std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
                                      const std::function<void(const CurvePoint&)>& on_epoch) {
   check(cfg);
@@ -216,28 +342,124 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
   const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
   const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
   steps_per_epoch(train, cfg);
-  Pipeline p{nn::RemoteModule<FirstStage>(w, cfg.stage1_rank, 784, cfg.hidden1),
-             nn::RemoteModule<SecondStage>(w, cfg.stage2_rank, cfg.hidden1, cfg.hidden2)};
-  std::vector<RRef<at::Tensor>> params = p.first.parameter_rrefs();
-  for (auto& r : p.second.parameter_rrefs()) params.push_back(r);
-  optim::SGD spec{cfg.lr};
-  spec.momentum = cfg.momentum;
-  optim::DistributedOptimizer optimizer(w, spec, params);
-
-  auto gen = at::detail::createCPUGenerator(uint64_t(cfg.seed));
-  std::vector<CurvePoint> points;
-  for (int64_t epoch = 1; epoch <= cfg.epochs; ++epoch) {
-    auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
-      autograd::Context ctx(w);
-      auto loss = loss_of(p.forward(images, cfg.micro_batches), labels);
-      ctx.backward({loss});
-      optimizer.step(ctx.id());
-      return loss.item<double>();
-    };
-    auto logits_of = [&](const at::Tensor& images) { return p.forward(images, cfg.micro_batches); };
-    auto point = run_epoch(cfg, epoch, train, test, gen, train_step, logits_of);
-    points.push_back(point);
-    if (on_epoch) on_epoch(point);
+  const std::vector<int64_t> stage_ranks =
+      cfg.stage1_rank == cfg.stage2_rank ? std::vector<int64_t>{cfg.stage1_rank}
+                                         : std::vector<int64_t>{cfg.stage1_rank, cfg.stage2_rank};
+  std::optional<StageDeaths> deaths;
+  if (cfg.rejoin) deaths.emplace(w, stage_ranks);
+  const auto folder = checkpoint_folder(w, cfg);
+  auto trainee = std::make_unique<Trainee>(w, cfg, folder);
+  auto gen = order_after(cfg, train.size(), 0);
+  std::vector<CurvePoint> points;  // of the epochs the stages' state holds
+  auto save = [&](int64_t epoch) {
+    trainee->checkpoint->save(epoch, checkpoint_meta(cfg, points));
+    if (epoch > 0) std::printf("checkpoint: epoch %lld saved in %s\n", (long long)epoch, folder.c_str());
+    std::fflush(stdout);
+  };
+  // PF5: the last checkpoint's state, and the epochs it covers.
+  auto restore = [&] {
+    auto restored = trainee->checkpoint->restore();
+    points = points_of(*restored);
+    if (int64_t(points.size()) > cfg.epochs) points.resize(size_t(cfg.epochs));  // asked for fewer: report those
+    gen = order_after(cfg, train.size(), restored->step);
+    return restored->step;
+  };
+  if (trainee->checkpoint) {
+    if (auto saved = trainee->checkpoint->latest()) {
+      check_settings(*saved, cfg, folder);
+      auto step = restore();
+      if (step > 0)
+        std::printf("resuming after epoch %lld from the checkpoint in %s\n", (long long)step, folder.c_str());
+      else
+        std::printf("resuming from the start, as the checkpoint in %s saved it\n", folder.c_str());
+      std::fflush(stdout);
+      if (on_epoch)
+        for (const auto& point : points) on_epoch(point);
+    } else if (cfg.rejoin) {
+      save(0);  // PF1: a stage's death in the first epoch has a state to go back to
+    }
+  }
+  // PF2: whether a stage's worker died since `before` deaths were seen. The
+  // driver may learn of the failed call before the handler runs, or before
+  // it finds the worker dead itself (the other stage saw it first): it
+  // waits a little for either.
+  auto stage_died = [&](uint64_t before) {
+    auto deadline = Clock::now() + std::chrono::seconds(2);
+    do {
+      if (deaths->seen() != before) return true;
+      for (auto rank : stage_ranks)
+        if (!w.is_alive(rank)) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    } while (Clock::now() < deadline);
+    return false;
+  };
+  // PF2, PF3: every stage back, both built again, the last checkpoint
+  // restored into them.
+  auto take_back = [&](const std::string& why) {
+    std::printf("%spipeline: %s; waiting for the stages to rejoin\n", cfg.progress ? "\n" : "", why.c_str());
+    std::fflush(stdout);
+    for (auto rank : stage_ranks)
+      if (!await_rejoin(w, rank, cfg.rejoin_wait))
+        throw std::runtime_error("pipeline: the stage on " + w.get_worker_info(rank).name + " did not rejoin within " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(cfg.rejoin_wait).count()) +
+                                 " s after its death; training cannot go on without it (" + why + ")");
+    trainee.reset();  // the old lives' objects go first
+    trainee = std::make_unique<Trainee>(w, cfg, folder);
+    if (cfg.bind_stages) std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
+    auto step = restore();
+    std::printf("pipeline: the stages are back; training goes on from the checkpoint of epoch %lld (epoch %lld runs "
+                "again)\n",
+                (long long)step, (long long)step + 1);
+    std::fflush(stdout);
+  };
+  while (int64_t(points.size()) < cfg.epochs) {
+    int64_t epoch = int64_t(points.size()) + 1;
+    uint64_t deaths_before = deaths ? deaths->seen() : 0;
+    try {
+      auto& p = trainee->p;
+      auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
+        autograd::Context ctx(w);
+        auto loss = loss_of(p.forward(images, cfg.micro_batches), labels);
+        ctx.backward({loss});
+        trainee->optimizer.step(ctx.id());
+        return loss.item<double>();
+      };
+      auto logits_of = [&](const at::Tensor& images) { return p.forward(images, cfg.micro_batches); };
+      points.push_back(run_epoch(cfg, epoch, train, test, gen, train_step, logits_of));
+      if (trainee->checkpoint && (epoch % cfg.checkpoint_every == 0 || epoch == cfg.epochs)) save(epoch);
+      if (on_epoch) on_epoch(points.back());
+    } catch (const RpcError& e) {
+      if (!trainee->checkpoint || !deaths || !stage_died(deaths_before)) throw;
+      // A stage may die again while it is taken back: as long as the
+      // launcher restarts it (R4 bounds that), the driver takes it back.
+      for (std::string why = e.what();;) {
+        deaths_before = deaths->seen();
+        try {
+          take_back(why);
+          break;
+        } catch (const RpcError& again) {
+          if (!stage_died(deaths_before)) throw;
+          why = again.what();
+        }
+      }
+    }
+  }
+  if (cfg.rejoin) {
+    // PF6: a stage that dies once training is over is excused from the
+    // graceful shutdown for the rest of the worker's life; its new life
+    // finds the job ending (RJ7 of Note [Rejoin]).
+    static std::once_flag once;
+    std::call_once(once, [&] {
+      w.on_worker_failure([](const WorkerFailure& f) {
+        std::printf("%s after training; the job ends without it\n", f.message().c_str());
+        std::fflush(stdout);
+      });
+    });
+  }
+  trainee.reset();
+  if (!folder.empty() && folder == cfg.own_checkpoint_dir) {  // PF1: the driver's own folder goes with the job
+    std::error_code ignored;
+    std::filesystem::remove_all(folder, ignored);
   }
   return points;
 }

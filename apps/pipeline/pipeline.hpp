@@ -4,6 +4,7 @@
 // micro-batches and chains them through the stages without waiting.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -32,6 +33,12 @@ struct PipelineConfig {
   int64_t stage1_rank = 1;
   int64_t stage2_rank = 2;
   bool bind_stages = true;    // bind_stages: a CPU each when they share a host
+  // Note [Pipeline failure] (pipeline.cpp)
+  bool rejoin = false;  // PF2: dead stages come back (CASTOR_MAX_RESTARTS > 0)
+  std::chrono::milliseconds rejoin_wait{60000};  // PF3
+  std::string checkpoint_dir;     // PF1, PF5: given (--checkpoint-dir, a cluster file's); empty: none
+  int64_t checkpoint_every = 1;   // epochs between checkpoints
+  std::string own_checkpoint_dir; // PF1: used under rejoin when none is given and the stages share the driver's host
 };
 
 /// Refuses settings out of range (std::invalid_argument naming the flags).
@@ -45,7 +52,9 @@ void check(const PipelineConfig& cfg);
 std::string bind_stages(Worker& w, const PipelineConfig& cfg);
 
 /// Trains on the driver `w` (rank 0) through the stages' owners; one point
-/// per epoch (training loss, test accuracy, seconds, samples/s).
+/// per epoch (training loss, test accuracy, seconds, samples/s), those a
+/// checkpoint covered included. `on_epoch` sees each epoch as it ends (and
+/// again an epoch that runs again after a stage's death, PF2).
 std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
                                      const std::function<void(const CurvePoint&)>& on_epoch = {});
 

@@ -483,3 +483,136 @@ TEST_CASE("chaos: random SIGKILLs during training, seeds 1-5: every run finishes
 TEST_CASE("chaos: random SIGKILLs during training, seeds 6-10: every run finishes with the undisturbed accuracy") {
   chaos(6, 5);
 }
+
+// The pipeline's stages survive too (Note [Pipeline failure]): the stages
+// hold the training's state, so a stage's death sends both back to the last
+// checkpoint, which the driver keeps in a folder of the job's own when none
+// is given.
+namespace {
+
+const std::vector<std::string> kPipelineJob{"run", "pipeline", "--workers", "3", "--epochs", "4", "--limit", "20000",
+                                            "--test-limit", "1000"};
+
+std::vector<std::string> pipeline_job(std::vector<std::string> extra) {
+  auto args = kPipelineJob;
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
+}
+
+// The undisturbed pipeline's accuracy, once per test process. The stages
+// draw their first weights on their own workers, unseeded, so runs differ
+// by a point or so.
+double pipeline_reference_accuracy() {
+  static double accuracy = [] {
+    auto r = run_castor(pipeline_job({"--no-progress"}), std::chrono::seconds(180));
+    INFO(r.output);
+    REQUIRE(r.code == 0);
+    return accuracy_of(r.output);
+  }();
+  return accuracy;
+}
+
+// The folder of "checkpoint: epoch 1 saved in <folder>\n", or "".
+std::string saved_folder(const std::string& out) {
+  auto at = out.find("checkpoint: epoch 1 saved in ");
+  if (at == std::string::npos) return "";
+  at += 29;
+  return out.substr(at, out.find('\n', at) - at);
+}
+
+// Runs the pipeline under --max-restarts 2, SIGKILLing `rank` once epoch 1's
+// checkpoint is committed.
+CommandResult run_pipeline_killing_after_epoch1(int rank, std::vector<std::string> extra, bool& killed) {
+  killed = false;
+  extra.insert(extra.end(), {"--max-restarts", "2"});
+  return run_castor(pipeline_job(extra), std::chrono::seconds(240), [&](const std::string& out) {
+    if (!killed && contains(out, "checkpoint: epoch 1 saved in ")) killed = kill_rank(out, rank);
+  });
+}
+
+}  // namespace
+
+TEST_CASE("castor run --max-restarts pipeline: a stage SIGKILLed after epoch 1 rejoins, both stages go back to the checkpoint, and the job finishes") {
+  auto reference = pipeline_reference_accuracy();
+  for (int rank : {2, 1}) {
+    CAPTURE(rank);
+    auto name = "worker" + std::to_string(rank);
+    bool killed = false;
+    // Stage 2 with the progress bar, stage 1 without: the messages must read
+    // the same either way.
+    auto r = run_pipeline_killing_after_epoch1(rank, rank == 2 ? std::vector<std::string>{}
+                                                               : std::vector<std::string>{"--no-progress"},
+                                               killed);
+    INFO(r.output);
+    REQUIRE(killed);
+    CHECK(r.code == 0);
+    CHECK(contains(r.output, "[launch] " + name + " died (killed by signal 9): starting it again (restart 1 of 2 for " +
+                                 name + "); it rejoins under incarnation 2"));
+    CHECK(contains(r.output, "; waiting for the stages to rejoin\n"));
+    CHECK(contains(r.output, "castor[worker0]: " + name + " rejoined (incarnation 2)"));
+    // The rejoined stage is bound to its CPU again, where the first life was.
+    CHECK(count(r.output, "pipeline: stages bound to a CPU each") + count(r.output, "pipeline: stages not bound") == 2);
+    CHECK(contains(r.output, "pipeline: the stages are back; training goes on from the checkpoint of epoch "));
+    // The others carried on: the job started once.
+    CHECK(count(r.output, "[run] 3 worker(s) of pipeline") == 1);
+    CHECK_FALSE(contains(r.output, "restarting the job"));
+    CHECK(contains(r.output, "checkpoint: epoch 4 saved in "));
+    CHECK(std::fabs(accuracy_of(r.output) - reference) <= 3.0);
+    // PF1: the job's own folder, under castor-out, went with the job.
+    auto folder = saved_folder(r.output);
+    CHECK(contains(folder, "castor-out/pipeline-"));
+    CHECK(contains(folder, ".checkpoint"));
+    CHECK_FALSE(fs::exists(folder));
+    check_only_sigkills(r.output);
+  }
+}
+
+TEST_CASE("castor run --max-restarts pipeline: the driver (rank 0) SIGKILLed after epoch 1, the job restarts whole and resumes from its own folder") {
+  auto reference = pipeline_reference_accuracy();
+  bool killed = false;
+  auto r = run_pipeline_killing_after_epoch1(0, {"--no-progress"}, killed);
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "[launch] worker0 died (killed by signal 9): restarting the job (restart 1 of 2 for worker0)"));
+  auto folder = saved_folder(r.output);
+  CHECK(contains(r.output, "resuming after epoch 1 from the checkpoint in " + folder + "\n"));
+  CHECK(count(r.output, "[run] 3 worker(s) of pipeline") == 2);
+  CHECK(std::fabs(accuracy_of(r.output) - reference) <= 3.0);
+  CHECK_FALSE(fs::exists(folder));
+  check_only_sigkills(r.output);
+}
+
+TEST_CASE("pipeline --checkpoint-dir: a later run resumes after the last checkpoint, other settings are refused") {
+  auto dir = fresh_dir("pipeline-resume");
+  auto small = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{"run", "pipeline", "--workers", "3", "--limit", "2048", "--test-limit", "500",
+                                  "--no-progress", "--checkpoint-dir", dir};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_castor(args);
+  };
+  auto first = small({"--epochs", "2", "--checkpoint-every", "2"});
+  INFO(first.output);
+  REQUIRE(first.code == 0);
+  CHECK(count(first.output, "checkpoint: epoch ") == 1);  // every 2 epochs: after epoch 2 only
+  CHECK(contains(first.output, "checkpoint: epoch 2 saved in " + dir + "\n"));
+  CHECK(fs::exists(fs::path(dir) / "MANIFEST.json"));
+  // More epochs, other micro-batches (not a setting of the checkpoint's).
+  auto second = small({"--epochs", "3", "--micro-batches", "2"});
+  INFO(second.output);
+  REQUIRE(second.code == 0);
+  CHECK(contains(second.output, "resuming after epoch 2 from the checkpoint in " + dir + "\n"));
+  CHECK(contains(second.output, "checkpoint: epoch 3 saved in " + dir + "\n"));
+  CHECK_FALSE(contains(second.output, "checkpoint: epoch 2 saved"));
+  // A folder the user gave stays.
+  CHECK(fs::exists(fs::path(dir) / "MANIFEST.json"));
+  auto other = small({"--epochs", "4", "--hidden1", "64"});
+  INFO(other.output);
+  CHECK(other.code == 1);
+  CHECK(contains(other.output, "pipeline: the checkpoint in " + dir + " (epoch 3) was made with hidden1=256 hidden2=128"));
+  CHECK(contains(other.output, "; this run has hidden1=64 hidden2=128"));
+  CHECK(contains(other.output, ": give another --checkpoint-dir"));
+  auto bad = run_castor({"run", "pipeline", "--checkpoint-every", "0"});
+  CHECK(bad.code == 2);
+  CHECK(contains(bad.output, "--checkpoint-every must be at least 1"));
+}

@@ -2,6 +2,7 @@
 // waiting rules.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <thread>
 
 #include "actors/api/future.hpp"
@@ -109,6 +110,18 @@ TEST_CASE("a wait sees a completion that comes while it watches and one that com
 TEST_CASE("a thread whose waits last a little longer than the watch watches longer, and a long or timed-out wait undoes it (WR4)") {
   using std::chrono::microseconds;
   using castor::detail::wait_watch_limit;
+  // CASTOR_WAIT_SPIN_US (WR3) fixes the limit instead: then no wait moves it.
+  if (const char* fixed = std::getenv("CASTOR_WAIT_SPIN_US"); fixed && *fixed) {
+    char* end = nullptr;
+    long us = std::strtol(fixed, &end, 10);
+    if (*end == '\0' && us >= 0 && us <= 1000000) {
+      CHECK(wait_watch_limit() == microseconds(us));
+      Promise<int64_t> never;
+      CHECK_THROWS_AS(never.future().wait(milliseconds(1)), TimeoutError);
+      CHECK(wait_watch_limit() == microseconds(us));
+      return;
+    }
+  }
   // Runs on a thread of its own: the limit follows this thread's waits only.
   std::thread([] {
     auto wait_lasting = [](microseconds delay) {
