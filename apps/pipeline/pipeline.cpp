@@ -29,11 +29,13 @@
 //      in --checkpoint-dir or the cluster file's checkpoint_dir, else in a
 //      folder of its own (castor-out/pipeline-<job>.checkpoint) when every
 //      stage runs on its host, which it removes when training ends. With
-//      stages on other hosts and no folder given, a stage's death ends the
-//      job, as without a restart policy, and the driver says so at start.
-//  PF2 A stage whose worker dies during an epoch (in a forward, the
-//      backward, the optimizer's step, the test pass or a checkpoint's save)
-//      fails that epoch's call with an RpcError. The driver waits until every
+//      stages on other hosts and no folder given, a stage's death during
+//      training ends the job, as without a restart policy, and the driver
+//      says so at start.
+//  PF2 A stage whose worker dies as training starts (the stages built, the
+//      first checkpoint) or during an epoch (in a forward, the backward, the
+//      optimizer's step, the test pass or a checkpoint's save) fails one of
+//      the driver's calls with an RpcError. The driver waits until every
 //      stage's worker is alive again under its new incarnation (Note
 //      [Rejoin]), builds both stages and the optimizer again there, restores
 //      the last checkpoint into them, and runs again from the epoch after
@@ -65,6 +67,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -347,38 +350,37 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
                                          : std::vector<int64_t>{cfg.stage1_rank, cfg.stage2_rank};
   std::optional<StageDeaths> deaths;
   if (cfg.rejoin) deaths.emplace(w, stage_ranks);
-  const auto folder = checkpoint_folder(w, cfg);
-  auto trainee = std::make_unique<Trainee>(w, cfg, folder);
+  std::optional<std::string> folder;  // PF1: the checkpoint folder ("": none), once known
+  std::unique_ptr<Trainee> trainee;
   auto gen = order_after(cfg, train.size(), 0);
   std::vector<CurvePoint> points;  // of the epochs the stages' state holds
+  bool trained = false;            // an epoch has begun: without a checkpoint, a death loses it
   auto save = [&](int64_t epoch) {
     trainee->checkpoint->save(epoch, checkpoint_meta(cfg, points));
-    if (epoch > 0) std::printf("checkpoint: epoch %lld saved in %s\n", (long long)epoch, folder.c_str());
+    if (epoch > 0) std::printf("checkpoint: epoch %lld saved in %s\n", (long long)epoch, folder->c_str());
     std::fflush(stdout);
   };
-  // PF5: the last checkpoint's state, and the epochs it covers.
-  auto restore = [&] {
+  // Builds the stages (again, on new lives: `again`) and sets them to the
+  // folder's last checkpoint (PF5), or saves a first one under rejoin
+  // (PF1). Returns the step it restored, or -1.
+  auto start = [&](bool again) -> int64_t {
+    if (!folder) folder = checkpoint_folder(w, cfg);
+    trainee.reset();  // the old lives' objects go first
+    trainee = std::make_unique<Trainee>(w, cfg, *folder);
+    if (again && cfg.bind_stages) std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
+    if (!trainee->checkpoint) return -1;
+    auto saved = trainee->checkpoint->latest();
+    if (!saved) {
+      if (cfg.rejoin) save(0);  // a stage's death in the first epoch has a state to go back to
+      return -1;
+    }
+    check_settings(*saved, cfg, *folder);
     auto restored = trainee->checkpoint->restore();
     points = points_of(*restored);
     if (int64_t(points.size()) > cfg.epochs) points.resize(size_t(cfg.epochs));  // asked for fewer: report those
     gen = order_after(cfg, train.size(), restored->step);
     return restored->step;
   };
-  if (trainee->checkpoint) {
-    if (auto saved = trainee->checkpoint->latest()) {
-      check_settings(*saved, cfg, folder);
-      auto step = restore();
-      if (step > 0)
-        std::printf("resuming after epoch %lld from the checkpoint in %s\n", (long long)step, folder.c_str());
-      else
-        std::printf("resuming from the start, as the checkpoint in %s saved it\n", folder.c_str());
-      std::fflush(stdout);
-      if (on_epoch)
-        for (const auto& point : points) on_epoch(point);
-    } else if (cfg.rejoin) {
-      save(0);  // PF1: a stage's death in the first epoch has a state to go back to
-    }
-  }
   // PF2: whether a stage's worker died since `before` deaths were seen. The
   // driver may learn of the failed call before the handler runs, or before
   // it finds the worker dead itself (the other stage saw it first): it
@@ -403,19 +405,52 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
         throw std::runtime_error("pipeline: the stage on " + w.get_worker_info(rank).name + " did not rejoin within " +
                                  std::to_string(std::chrono::duration_cast<std::chrono::seconds>(cfg.rejoin_wait).count()) +
                                  " s after its death; training cannot go on without it (" + why + ")");
-    trainee.reset();  // the old lives' objects go first
-    trainee = std::make_unique<Trainee>(w, cfg, folder);
-    if (cfg.bind_stages) std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
-    auto step = restore();
-    std::printf("pipeline: the stages are back; training goes on from the checkpoint of epoch %lld (epoch %lld runs "
-                "again)\n",
-                (long long)step, (long long)step + 1);
+    auto step = start(true);
+    if (step > 0 || (step == 0 && trained))
+      std::printf("pipeline: the stages are back; training goes on from the checkpoint of epoch %lld (epoch %lld "
+                  "runs again)\n",
+                  (long long)step, (long long)step + 1);
+    else
+      std::printf("pipeline: the stages are back; training begins\n");
     std::fflush(stdout);
   };
-  while (int64_t(points.size()) < cfg.epochs) {
-    int64_t epoch = int64_t(points.size()) + 1;
-    uint64_t deaths_before = deaths ? deaths->seen() : 0;
+  // Runs `attempt`. A stage's death in it (PF2) is taken back, and again if
+  // a stage dies while it is taken back, as long as the launcher restarts it
+  // (R4 bounds that); what the attempt did is lost: false.
+  auto survive = [&](const std::function<void()>& attempt) {
+    uint64_t before = deaths ? deaths->seen() : 0;
     try {
+      attempt();
+      return true;
+    } catch (const RpcError& e) {
+      bool recoverable = deaths && (!trained || (folder && !folder->empty()));
+      if (!recoverable || !stage_died(before)) throw;
+      for (std::string why = e.what();;) {
+        before = deaths->seen();
+        try {
+          take_back(why);
+          return false;
+        } catch (const RpcError& again) {
+          if (!stage_died(before)) throw;
+          why = again.what();
+        }
+      }
+    }
+  };
+  survive([&] {
+    auto step = start(false);
+    if (step < 0) return;
+    if (step > 0)
+      std::printf("resuming after epoch %lld from the checkpoint in %s\n", (long long)step, folder->c_str());
+    else
+      std::printf("resuming from the start, as the checkpoint in %s saved it\n", folder->c_str());
+    std::fflush(stdout);
+    if (on_epoch)
+      for (const auto& point : points) on_epoch(point);
+  });
+  while (int64_t(points.size()) < cfg.epochs) {
+    survive([&] {
+      int64_t epoch = int64_t(points.size()) + 1;
       auto& p = trainee->p;
       auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
         autograd::Context ctx(w);
@@ -425,24 +460,11 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
         return loss.item<double>();
       };
       auto logits_of = [&](const at::Tensor& images) { return p.forward(images, cfg.micro_batches); };
+      trained = true;
       points.push_back(run_epoch(cfg, epoch, train, test, gen, train_step, logits_of));
       if (trainee->checkpoint && (epoch % cfg.checkpoint_every == 0 || epoch == cfg.epochs)) save(epoch);
       if (on_epoch) on_epoch(points.back());
-    } catch (const RpcError& e) {
-      if (!trainee->checkpoint || !deaths || !stage_died(deaths_before)) throw;
-      // A stage may die again while it is taken back: as long as the
-      // launcher restarts it (R4 bounds that), the driver takes it back.
-      for (std::string why = e.what();;) {
-        deaths_before = deaths->seen();
-        try {
-          take_back(why);
-          break;
-        } catch (const RpcError& again) {
-          if (!stage_died(deaths_before)) throw;
-          why = again.what();
-        }
-      }
-    }
+    });
   }
   if (cfg.rejoin) {
     // PF6: a stage that dies once training is over is excused from the
@@ -457,9 +479,9 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
     });
   }
   trainee.reset();
-  if (!folder.empty() && folder == cfg.own_checkpoint_dir) {  // PF1: the driver's own folder goes with the job
+  if (folder && !folder->empty() && *folder == cfg.own_checkpoint_dir) {  // PF1: the driver's own goes with the job
     std::error_code ignored;
-    std::filesystem::remove_all(folder, ignored);
+    std::filesystem::remove_all(*folder, ignored);
   }
   return points;
 }

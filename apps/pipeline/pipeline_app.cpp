@@ -80,7 +80,14 @@ int run(Worker& w, const Flags& args) {
               (long long)cfg.hidden1, w.get_worker_info(cfg.stage1_rank).name.c_str(), (long long)cfg.hidden1,
               (long long)cfg.hidden2, w.get_worker_info(cfg.stage2_rank).name.c_str(), (long long)cfg.micro_batches,
               (long long)cfg.batch);
-  std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
+  try {
+    std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
+  } catch (const RpcError& e) {
+    if (!cfg.rejoin) throw;
+    // PF2: a stage that died this early is taken back (and bound) as
+    // training starts.
+    std::printf("pipeline: stages not bound to CPUs yet: %s\n", e.what());
+  }
   std::fflush(stdout);
   TrainingLog log("castor pipeline (2 stages, " + std::to_string(cfg.micro_batches) + " micro-batches) on Fashion-MNIST");
   for (const auto& point : run_pipeline(w, cfg)) log.add(point);
