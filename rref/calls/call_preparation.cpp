@@ -127,9 +127,14 @@ void on_argument_ready(context_pointer self, ArgumentReady&& r) {
     arg = std::move(r.outcome.value);
     adopt_value(self, arg, r.call);  // the fetched value may hold RRefs too
   } else {
-    failure = make_error(r.outcome.error.kind, st.rt->name(),
+    // The error keeps the fetch's kind and the worker that kind is about
+    // (the argument's owner that died, the worker that raised): a caller
+    // that reads an Unreachable error of this worker as its own death (an
+    // RRef method's OwnerDied) would blame the wrong worker.
+    const auto& cause = r.outcome.error;
+    failure = make_error(cause.kind, cause.worker.empty() ? st.rt->name() : cause.worker,
                          "worker " + st.rt->name() + ": argument " + std::to_string(r.index + 1) + " of '" +
-                             call->request.function + "' (an RRef) could not be fetched: " + r.outcome.error.message);
+                             call->request.function + "' (an RRef) could not be fetched: " + cause.message);
   }
   run_ready(self, st.prepared.done(r.call, std::move(failure)));
 }

@@ -232,6 +232,8 @@ void kill_worker1_at(const std::string& point) {
     std::future<void> backward;
     std::optional<Future<void>> step;
     RRef<at::Tensor> shared;
+    RRef<int64_t> slow_value;
+    std::optional<Future<int64_t>> fetching;
     if (point == "fork not yet confirmed") {
       // worker0 shares its user RRef of worker2's value with worker1.
       shared = w0.remote<at::Tensor>("worker2", "identity", at::ones({2}));
@@ -421,6 +423,15 @@ void kill_worker1_at(const std::string& point) {
       CHECK(w0.rpc_sync<bool>("worker1", "remote_held_to", std::string("arg"), std::string("worker2")));
       REQUIRE(eventually([&] { return w2.rref_debug_info().at("num_pending_users") == 1; }, milliseconds(10000)));
       CHECK(w2.rref_debug_info().at("num_owner_rrefs") == 0);  // the call waits: no owner yet
+    } else if (point == "an RRef argument fetched by a callee, its owner killed") {
+      // worker1 makes the value slowly; worker2's sleep_ms takes it by value
+      // and waits for it. worker1 dies: the call fails as worker1's
+      // Unreachable error, not worker2's (to a caller that reads an
+      // Unreachable error of a method's owner as that owner's death, as
+      // RRef methods do, worker2 would look dead).
+      slow_value = w0.remote<int64_t>("worker1", "sleep_ms", int64_t(60000));
+      fetching = w0.rpc_async<int64_t>("worker2", "sleep_ms", slow_value);
+      REQUIRE(eventually([&] { return held_counts(w2).at("calls_incoming") == 1; }, milliseconds(10000)));
     } else if (point == "nested call") {
       // worker1 calls worker0 back twice; worker0 is serving both at the kill.
       int_calls.push_back(w0.rpc_async<int64_t>("worker1", "fan_out", std::string("worker0"), int64_t(2), int64_t(1500)));
@@ -442,7 +453,17 @@ void kill_worker1_at(const std::string& point) {
       REQUIRE(eventually([&] { return step->is_done(); }, milliseconds(20000)));
       if (auto e = step->error()) CHECK(contains(e->what(), "worker1"));
     }
+    if (fetching) {
+      try {
+        fetching->wait(milliseconds(20000));
+        FAIL("worker2's call with worker1's value returned after worker1 died");
+      } catch (const UnreachableError& e) {
+        CHECK(e.info().worker == "worker1");
+        CHECK(contains(e.what(), "worker worker2: argument 1 of 'sleep_ms'"));
+      }
+    }
     shared = RRef<at::Tensor>();
+    slow_value = RRef<int64_t>();
     if (opt) opt.reset();
   }  // the context ends here
   for (auto& f : bool_calls) CHECK(contains(error_of<UnreachableError>([&] { f.wait(milliseconds(20000)); }), expected_error));
@@ -496,7 +517,8 @@ TEST_CASE("a worker killed at each point of each protocol: every survivor's coun
                             "bulk transfer, TLS", "small calls on the lane", "small calls queued behind a large one",
                             "gradients queued behind a large frame", "a stream of small calls in batches",
                             "remote() started on arrival, its creator killed",
-                            "remote() waiting for its argument's fork, its creator killed", "nested call"}) {
+                            "remote() waiting for its argument's fork, its creator killed", "nested call",
+                            "an RRef argument fetched by a callee, its owner killed"}) {
     CAPTURE(point);
     kill_worker1_at(point);
   }
