@@ -65,6 +65,10 @@
 // resumed sync run repeats the epochs the undisturbed run would have run. A
 // checkpoint of other settings (model, seed, trainers, batch, mode, data)
 // is refused, naming both.
+// Under a restart policy with no folder given, `castor run parameter-server`
+// checkpoints in a folder of the job's own (castor-out/parameter-server-
+// <job>.checkpoint, one name for every restart of the job), removed once
+// training has ended: a server's death never sends the job back to epoch 1.
 #pragma once
 
 #include <chrono>

@@ -3,6 +3,7 @@
 // model in one process with plain libtorch and prints both accuracies.
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "apps/common/app.hpp"
 #include "apps/common/training_log.hpp"
@@ -34,7 +35,7 @@ void declare_flags(po::options_description& flags) {
        "when a trainer dies: fail the job, or go on with the trainers left")
       ("checkpoint-dir", po::value<std::string>()->value_name("D"),
        "save the server to D after each epoch, and resume from D's last checkpoint at start (default: the "
-       "cluster file's \"checkpoint_dir\", if any)")
+       "cluster file's \"checkpoint_dir\", if any; under --max-restarts, a folder of the job's own)")
       ("checkpoint-every", po::value<int64_t>()->default_value(c.checkpoint_every)->value_name("N"),
        "epochs between checkpoints")
       ("seed", po::value<int64_t>()->default_value(c.seed)->value_name("N"), "initialisation and shuffling seed")
@@ -48,6 +49,12 @@ void declare_flags(po::options_description& flags) {
       ("compare", po::bool_switch(), "then train the same model in one process with libtorch and compare")
       ("min-accuracy", po::value<double>()->value_name("X"), "exit with 3 if the final test accuracy is below X")
       ("no-progress", po::bool_switch(), "no progress bar");
+}
+
+// The checkpoint folder of the job's own (castor-out/parameter-server-<job>.checkpoint).
+std::string own_checkpoint_dir() {
+  static const std::string dir = curve_prefix("", "parameter-server") + ".checkpoint";  // one name in this process
+  return dir;
 }
 
 PsConfig config_from(const Flags& flags) {
@@ -78,6 +85,11 @@ PsConfig config_from(const Flags& flags) {
   // A cluster file's "checkpoint_dir" is the default (cluster_file.hpp).
   const char* job_dir = std::getenv(config::kCheckpointDirVariable);
   c.checkpoint_dir = flags.find<std::string>("checkpoint-dir").value_or(job_dir ? job_dir : "");
+  // Under a restart policy a job that restarts whole after the server's
+  // death (R3 of Note [Restart policy]) resumes from a checkpoint: with no
+  // folder given, from one of the job's own (one name for every restart of
+  // the job), which run() removes once training has ended.
+  if (c.rejoin && c.checkpoint_dir.empty()) c.checkpoint_dir = own_checkpoint_dir();
   c.checkpoint_every = flags.get<int64_t>("checkpoint-every");
   if (c.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
   if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");
@@ -99,6 +111,10 @@ int run(Worker& w, const Flags& args) {
   TrainingLog log("castor parameter server on Fashion-MNIST (" + std::to_string(trainers) + " trainers, " +
                   (cfg.sync ? "sync" : "async") + ")");
   auto results = run_parameter_server(w, cfg, [&](const EpochResult& r) { log.add(to_point(r)); });
+  if (cfg.checkpoint_dir == own_checkpoint_dir()) {  // the job's own folder goes with the job
+    std::error_code ignored;
+    std::filesystem::remove_all(cfg.checkpoint_dir, ignored);
+  }
   double accuracy = results.back().test.accuracy;
   if (args.get<bool>("compare")) {
     std::printf("single-process libtorch, same model, data and seed (batch %lld):\n",

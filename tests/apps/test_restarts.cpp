@@ -198,6 +198,25 @@ TEST_CASE("castor run --max-restarts: the server (rank 0) SIGKILLed after epoch 
   check_only_sigkills(r.output);
 }
 
+TEST_CASE("castor run --max-restarts parameter-server with no --checkpoint-dir: the server SIGKILLed after epoch 1, the job resumes from a folder of its own, which goes with it") {
+  auto reference = reference_accuracy();
+  bool killed = false;
+  auto r = run_castor(job({"--max-restarts", "2"}), std::chrono::seconds(240), [&](const std::string& out) {
+    if (!killed && contains(out, kEpoch1Saved)) killed = kill_rank(out, 0);
+  });
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  auto at = r.output.find(kEpoch1Saved) + kEpoch1Saved.size();
+  auto folder = r.output.substr(at, r.output.find('\n', at) - at);
+  CHECK(contains(folder, "castor-out/parameter-server-"));
+  CHECK(contains(folder, ".checkpoint"));
+  CHECK(contains(r.output, "resuming after epoch 1 from the checkpoint in " + folder + "\n"));
+  CHECK(std::fabs(accuracy_of(r.output) - reference) <= 0.5);
+  CHECK_FALSE(fs::exists(folder));
+  check_only_sigkills(r.output);
+}
+
 TEST_CASE("castor run --max-restarts 1: a worker that dies twice fails the job, naming it and the count") {
   int kills = 0;
   auto r = run_castor(job({"--max-restarts", "1", "--checkpoint-dir", fresh_dir("budget")}), std::chrono::seconds(240),
