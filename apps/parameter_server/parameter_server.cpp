@@ -21,6 +21,7 @@
 
 #include "apps/common/blas_threads.hpp"
 #include "apps/common/progress.hpp"
+#include "apps/common/owner_recovery.hpp"
 #include "apps/common/rejoin_wait.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
@@ -566,19 +567,9 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
       std::fflush(stdout);
     }
   }
-  if (cfg.rejoin) {
-    // J4: a trainer that dies after training (while the job shuts down) is
-    // excused from the shutdown (Note [Shutdown with survivors]) for the
-    // rest of the worker's life; its new life finds the job ending (RJ7 of
-    // Note [Rejoin]).
-    static std::once_flag once;
-    std::call_once(once, [&] {
-      w.on_worker_failure([](const WorkerFailure& f) {
-        std::printf("%s after training; the job ends without it\n", f.message().c_str());
-        std::fflush(stdout);
-      });
-    });
-  }
+  // J4: a trainer that dies after training (while the job shuts down) is
+  // excused from the shutdown; its new life finds the job ending.
+  if (cfg.rejoin) excuse_deaths_after_training(w);
   return results;
 }
 

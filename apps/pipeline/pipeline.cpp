@@ -35,19 +35,17 @@
 //  PF2 A stage whose worker dies as training starts (the stages built, the
 //      first checkpoint) or during an epoch (in a forward, the backward, the
 //      optimizer's step, the test pass or a checkpoint's save) fails one of
-//      the driver's calls with an RpcError. The driver waits until every
-//      stage's worker is alive again under its new incarnation (Note
-//      [Rejoin]), builds both stages and the optimizer again there, restores
-//      the last checkpoint into them, and runs again from the epoch after
-//      it, in the undisturbed run's order of samples (the generator replays
-//      the permutations of the epochs before). The survivor is built again
-//      too: the failed step may have stepped its layers and not the dead
-//      stage's. An error is taken as a stage's death only if the failure
-//      handler saw one, or a stage's worker is found dead, within 2 s of it;
-//      any other error fails the job as before.
+//      the driver's calls. The driver finds the death and waits for the
+//      stage's new life (Note [Owner recovery], OR1-OR3, in
+//      apps/common/owner_recovery.cpp), builds both stages and the optimizer
+//      again, restores the last checkpoint into them, and runs again from
+//      the epoch after it, in the undisturbed run's order of samples (the
+//      generator replays the permutations of the epochs before). The
+//      survivor is built again too: the failed step may have stepped its
+//      layers and not the dead stage's. Without a checkpoint folder, only a
+//      death before the first epoch is taken back (nothing was lost yet).
 //  PF3 A stage that is not back within PipelineConfig::rejoin_wait fails the
-//      job, naming it. One that dies again while it is taken back is taken
-//      back again: the launcher's restart budget (R4) bounds how often.
+//      job, naming it (OR2).
 //  PF4 The returned points hold each epoch once, from the checkpoint where
 //      it covers them; `on_epoch` sees again an epoch that ran after the
 //      restored checkpoint and runs again.
@@ -57,22 +55,19 @@
 //      other settings (checkpoint_meta's, all but the epochs and the
 //      micro-batches) is refused, naming both.
 //  PF6 A stage that dies once training is over is excused from the graceful
-//      shutdown; its new life finds the job ending (RJ7 of Note [Rejoin]).
+//      shutdown; its new life finds the job ending (OR4).
 #include "apps/pipeline/pipeline.hpp"
 
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -85,7 +80,7 @@
 #include "apps/common/blas_threads.hpp"
 #include "apps/common/cpu_binding.hpp"
 #include "apps/common/progress.hpp"
-#include "apps/common/rejoin_wait.hpp"
+#include "apps/common/owner_recovery.hpp"
 #include "apps/pipeline/pipeline_checkpoint.hpp"
 #include "engine/context.hpp"
 #include "optimizer/dist_optimizer.hpp"
@@ -288,26 +283,6 @@ struct Trainee {
   std::optional<Checkpoint> checkpoint;
 };
 
-// PF2: the deaths of the stages' workers that the failure handler saw
-// (which also takes them in charge: Note [Shutdown with survivors]).
-class StageDeaths {
- public:
-  StageDeaths(Worker& w, std::vector<int64_t> ranks) : w_(w), seen_(std::make_shared<std::atomic<uint64_t>>(0)) {
-    id_ = w.on_worker_failure([ranks, seen = seen_](const WorkerFailure& f) {
-      if (std::find(ranks.begin(), ranks.end(), f.worker.id) != ranks.end()) seen->fetch_add(1);
-    });
-  }
-  ~StageDeaths() { w_.remove_failure_handler(id_); }
-  StageDeaths(const StageDeaths&) = delete;
-  StageDeaths& operator=(const StageDeaths&) = delete;
-  uint64_t seen() const { return seen_->load(); }
-
- private:
-  Worker& w_;
-  std::shared_ptr<std::atomic<uint64_t>> seen_;
-  FailureHandlerId id_ = 0;
-};
-
 // The generator of the samples' order as it stands after `epochs` epochs
 // (each draws one permutation): a run resumed there trains in the
 // undisturbed run's order.
@@ -345,11 +320,8 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
   const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
   const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
   steps_per_epoch(train, cfg);
-  const std::vector<int64_t> stage_ranks =
-      cfg.stage1_rank == cfg.stage2_rank ? std::vector<int64_t>{cfg.stage1_rank}
-                                         : std::vector<int64_t>{cfg.stage1_rank, cfg.stage2_rank};
-  std::optional<StageDeaths> deaths;
-  if (cfg.rejoin) deaths.emplace(w, stage_ranks);
+  OwnerRecovery recovery(w, {cfg.stage1_rank, cfg.stage2_rank}, cfg.rejoin, cfg.rejoin_wait, "pipeline",
+                         "the stages' workers");  // PF2, PF3
   std::optional<std::string> folder;  // PF1: the checkpoint folder ("": none), once known
   std::unique_ptr<Trainee> trainee;
   auto gen = order_after(cfg, train.size(), 0);
@@ -381,30 +353,9 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
     gen = order_after(cfg, train.size(), restored->step);
     return restored->step;
   };
-  // PF2: whether a stage's worker died since `before` deaths were seen. The
-  // driver may learn of the failed call before the handler runs, or before
-  // it finds the worker dead itself (the other stage saw it first): it
-  // waits a little for either.
-  auto stage_died = [&](uint64_t before) {
-    auto deadline = Clock::now() + std::chrono::seconds(2);
-    do {
-      if (deaths->seen() != before) return true;
-      for (auto rank : stage_ranks)
-        if (!w.is_alive(rank)) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    } while (Clock::now() < deadline);
-    return false;
-  };
-  // PF2, PF3: every stage back, both built again, the last checkpoint
+  // PF2: the stages built again on their new lives, the last checkpoint
   // restored into them.
-  auto take_back = [&](const std::string& why) {
-    std::printf("%spipeline: %s; waiting for the stages to rejoin\n", cfg.progress ? "\n" : "", why.c_str());
-    std::fflush(stdout);
-    for (auto rank : stage_ranks)
-      if (!await_rejoin(w, rank, cfg.rejoin_wait))
-        throw std::runtime_error("pipeline: the stage on " + w.get_worker_info(rank).name + " did not rejoin within " +
-                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(cfg.rejoin_wait).count()) +
-                                 " s after its death; training cannot go on without it (" + why + ")");
+  auto take_back = [&] {
     auto step = start(true);
     if (step > 0 || (step == 0 && trained))
       std::printf("pipeline: the stages are back; training goes on from the checkpoint of epoch %lld (epoch %lld "
@@ -414,29 +365,10 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
       std::printf("pipeline: the stages are back; training begins\n");
     std::fflush(stdout);
   };
-  // Runs `attempt`. A stage's death in it (PF2) is taken back, and again if
-  // a stage dies while it is taken back, as long as the launcher restarts it
-  // (R4 bounds that); what the attempt did is lost: false.
-  auto survive = [&](const std::function<void()>& attempt) {
-    uint64_t before = deaths ? deaths->seen() : 0;
-    try {
-      attempt();
-      return true;
-    } catch (const RpcError& e) {
-      bool recoverable = deaths && (!trained || (folder && !folder->empty()));
-      if (!recoverable || !stage_died(before)) throw;
-      for (std::string why = e.what();;) {
-        before = deaths->seen();
-        try {
-          take_back(why);
-          return false;
-        } catch (const RpcError& again) {
-          if (!stage_died(before)) throw;
-          why = again.what();
-        }
-      }
-    }
-  };
+  // What a death costs can be rebuilt: from a checkpoint, or nothing was
+  // trained yet.
+  auto recoverable = [&] { return !trained || (folder && !folder->empty()); };
+  auto survive = [&](const std::function<void()>& attempt) { recovery.run(attempt, recoverable, take_back); };
   survive([&] {
     auto step = start(false);
     if (step < 0) return;
@@ -466,18 +398,7 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
       if (on_epoch) on_epoch(points.back());
     });
   }
-  if (cfg.rejoin) {
-    // PF6: a stage that dies once training is over is excused from the
-    // graceful shutdown for the rest of the worker's life; its new life
-    // finds the job ending (RJ7 of Note [Rejoin]).
-    static std::once_flag once;
-    std::call_once(once, [&] {
-      w.on_worker_failure([](const WorkerFailure& f) {
-        std::printf("%s after training; the job ends without it\n", f.message().c_str());
-        std::fflush(stdout);
-      });
-    });
-  }
+  if (cfg.rejoin) excuse_deaths_after_training(w);  // PF6
   trainee.reset();
   if (folder && !folder->empty() && *folder == cfg.own_checkpoint_dir) {  // PF1: the driver's own goes with the job
     std::error_code ignored;

@@ -621,7 +621,7 @@ TEST_CASE("castor run --max-restarts pipeline: a stage SIGKILLed after epoch 1 r
     CHECK(r.code == 0);
     CHECK(contains(r.output, "[launch] " + name + " died (killed by signal 9): starting it again (restart 1 of 2 for " +
                                  name + "); it rejoins under incarnation 2"));
-    CHECK(contains(r.output, "; waiting for the stages to rejoin\n"));
+    CHECK(contains(r.output, "; waiting for the stages' workers to rejoin\n"));
     CHECK(contains(r.output, "castor[worker0]: " + name + " rejoined (incarnation 2)"));
     // The rejoined stage is bound to its CPU again, where the first life was.
     CHECK(count(r.output, "pipeline: stages bound to a CPU each") + count(r.output, "pipeline: stages not bound") == 2);
