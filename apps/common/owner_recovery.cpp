@@ -7,19 +7,27 @@
 // and their state restored from a checkpoint. The app says how (`rebuild`)
 // and whether it can (`recoverable`: a checkpoint to go back to, or nothing
 // trained yet); OwnerRecovery finds the death and waits for the rejoin.
-//  OR1 A death is what the failure handler saw for one of the ranks, or one
-//      of their workers found dead, within 2 s of the attempt's RpcError: the
-//      driver may learn of a failed call before the handler runs, or before
-//      it finds the worker dead itself (another worker saw it first, and the
-//      error came from there). Any other RpcError is the app's and is
-//      rethrown at once if no death shows in those 2 s. The handler also
-//      takes the deaths in charge (F3 of Note [Failure handlers]).
-//  OR2 Every rank's worker must be alive again within `rejoin_wait`, or the
-//      job fails, naming the worker that did not come back and the death.
+//  OR1 A death is an attempt's RpcError that says one of the ranks' workers
+//      is unreachable (its kind, and its worker the rank's name), or one the
+//      failure handler saw, or one of their workers found dead, within 2 s
+//      of the attempt's error: the driver may learn of a failed call before
+//      the handler runs, or before it finds the worker dead itself (another
+//      worker saw it first, and the error came from there). Any other
+//      RpcError is the app's and is rethrown once no death shows in those
+//      2 s. The handler also takes the deaths in charge (F3 of Note
+//      [Failure handlers]).
+//  OR2 Every rank's worker must be alive again within `rejoin_wait` (one
+//      bound for all of them), or the job fails, naming the worker that did
+//      not come back and the death.
 //  OR3 A worker that dies again while its objects are rebuilt is waited for
 //      again: the launcher's restart budget (R4) bounds how often.
 //  OR4 Once training has ended, a death is excused from the graceful
 //      shutdown for the rest of the process (excuse_deaths_after_training).
+//  OR5 The state comes back from a checkpoint whose files each owner writes
+//      where it runs and the driver checks (C5 of Note [Checkpoint]): with no
+//      folder given, an app uses one of the job's own only when every owner
+//      shares the driver's host (own_checkpoint_folder); otherwise a death
+//      during training ends the job, as the driver says at start.
 #include "apps/common/owner_recovery.hpp"
 
 #include <algorithm>
@@ -29,7 +37,12 @@
 #include <thread>
 
 #include "actors/api/errors.hpp"
+#include "apps/common/cpu_binding.hpp"
 #include "apps/common/rejoin_wait.hpp"
+#include "actors/api/registry.hpp"
+
+// OR5: which host a worker runs on, as host_identity names it.
+CASTOR_FUNCTION(castor_apps_host, []() { return castor::apps::host_identity(); });
 
 namespace castor::apps {
 
@@ -54,6 +67,13 @@ OwnerRecovery::~OwnerRecovery() {
   if (enabled_) w_.remove_failure_handler(handler_);
 }
 
+bool OwnerRecovery::names_a_rank(const ErrorInfo& e) const {
+  if (e.kind != ErrorKind::Unreachable && e.kind != ErrorKind::OwnerDied) return false;
+  for (auto rank : ranks_)
+    if (w_.get_worker_info(rank).name == e.worker) return true;
+  return false;
+}
+
 bool OwnerRecovery::died_since(uint64_t before) const {
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   do {
@@ -68,8 +88,11 @@ bool OwnerRecovery::died_since(uint64_t before) const {
 void OwnerRecovery::await_ranks(const std::string& why) const {
   std::printf("%s: %s; waiting for %s to rejoin\n", app_.c_str(), why.c_str(), what_.c_str());
   std::fflush(stdout);
+  auto deadline = std::chrono::steady_clock::now() + rejoin_wait_;
   for (auto rank : ranks_)
-    if (!await_rejoin(w_, rank, rejoin_wait_))
+    if (!await_rejoin(w_, rank,
+                      std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::max(deadline - std::chrono::steady_clock::now(), std::chrono::steady_clock::duration{0}))))
       throw std::runtime_error(app_ + ": " + w_.get_worker_info(rank).name + " did not rejoin within " +
                                std::to_string(std::chrono::duration_cast<std::chrono::seconds>(rejoin_wait_).count()) +
                                " s after a death; training cannot go on without it (" + why + ")");
@@ -82,7 +105,7 @@ bool OwnerRecovery::run(const std::function<void()>& attempt, const std::functio
     attempt();
     return true;
   } catch (const RpcError& e) {
-    if (!enabled_ || !recoverable() || !died_since(before)) throw;
+    if (!enabled_ || !recoverable() || !(names_a_rank(e.info()) || died_since(before))) throw;
     for (std::string why = e.what();;) {
       before = deaths_->load();
       try {
@@ -90,11 +113,27 @@ bool OwnerRecovery::run(const std::function<void()>& attempt, const std::functio
         rebuild();
         return false;
       } catch (const RpcError& again) {  // OR3
-        if (!died_since(before)) throw;
+        if (!names_a_rank(again.info()) && !died_since(before)) throw;
         why = again.what();
       }
     }
   }
+}
+
+std::string own_checkpoint_folder(Worker& w, const std::vector<int64_t>& ranks, const std::string& own,
+                                  const std::string& app) {
+  auto here = host_identity();
+  for (auto rank : ranks) {
+    auto name = w.get_worker_info(rank).name;
+    if (rank != w.rank() && w.rpc_sync<std::string>(name, "castor_apps_host") != here) {
+      std::printf("%s: %s runs on another host and no --checkpoint-dir (on storage every host shares) was given: a "
+                  "death during training ends the job\n",
+                  app.c_str(), name.c_str());
+      std::fflush(stdout);
+      return "";
+    }
+  }
+  return own;
 }
 
 void excuse_deaths_after_training(Worker& w) {

@@ -36,6 +36,7 @@ class OwnerRecovery {
            const std::function<void()>& rebuild);
 
  private:
+  bool names_a_rank(const ErrorInfo& e) const;
   bool died_since(uint64_t before) const;
   void await_ranks(const std::string& why) const;
 
@@ -47,6 +48,12 @@ class OwnerRecovery {
   std::shared_ptr<std::atomic<uint64_t>> deaths_;  // seen by the failure handler
   FailureHandlerId handler_ = 0;
 };
+
+/// OR5: `own` when every worker of `ranks` runs on this worker's host
+/// (where this worker can check their checkpoint files, C5 of Note
+/// [Checkpoint]), else "" after a line that says a death will end the job.
+std::string own_checkpoint_folder(Worker& w, const std::vector<int64_t>& ranks, const std::string& own,
+                                  const std::string& app);
 
 /// OR4: from now on, for the rest of this process, a worker that dies is
 /// excused from the graceful shutdown (Note [Shutdown with survivors]),

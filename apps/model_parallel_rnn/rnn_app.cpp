@@ -7,9 +7,15 @@
 // of a small vocabulary where each token follows from the one before by a
 // fixed rule, so the next-token loss falls from ln(vocab) towards zero as the
 // three parts learn together.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <sstream>
 #include <tuple>
+#include <variant>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -20,9 +26,12 @@
 #include <torch/nn/pimpl.h>
 
 #include "apps/common/app.hpp"
+#include "apps/common/checkpoint_flags.hpp"
+#include "apps/common/owner_recovery.hpp"
 #include "apps/common/progress.hpp"
 #include "apps/common/training_log.hpp"
 #include "engine/context.hpp"
+#include "optimizer/checkpoint.hpp"
 #include "optimizer/dist_optimizer.hpp"
 #include "optimizer/remote_module.hpp"
 
@@ -85,7 +94,9 @@ void declare_flags(po::options_description& flags) {
        "print the loss every N steps (0: only at the end)")
       ("out", po::value<std::string>()->value_name("PREFIX"),
        "write PREFIX.csv and PREFIX.svg (default castor-out/rnn-<job>)")
+
       ("no-progress", po::bool_switch(), "no progress bar");
+  declare_checkpoint_flags(flags, "the three parts and the optimizer", 50, "steps");
 }
 
 optim::Spec spec_from(const Flags& flags) {
@@ -101,58 +112,210 @@ void check_flags(const Flags& args) {
   spec_from(args);
   for (const char* name : {"steps", "batch-size", "seq-len", "embed", "hidden"})
     if (args.get<int64_t>(name) < 1) throw std::invalid_argument("--" + std::string(name) + " must be at least 1");
+  checkpoint_settings(args, "rnn");
   if (args.get<int64_t>("vocab") < 2) throw std::invalid_argument("--vocab must be at least 2");
+}
+
+// Note [RNN failure]
+// ~~~~~~~~~~~~~~~~~~
+// The parts' owners hold the training's state (the weights and Adam's
+// moments); the trainer holds only the data's generator. As the pipeline's
+// stages (Note [Pipeline failure] in apps/pipeline/pipeline.cpp):
+//  RF1 Under a restart policy the trainer checkpoints the three parts and
+//      the optimizer before the first step and every --checkpoint-every
+//      steps: in --checkpoint-dir, the cluster file's checkpoint_dir, or a
+//      folder of the job's own (OR5 of Note [Owner recovery]), removed when
+//      training ends.
+//  RF2 A part's worker that dies is waited for (OR1-OR3); all three parts
+//      and the optimizer are built again on the new lives, the last
+//      checkpoint is restored, and training goes on after its step, on the
+//      batches the undisturbed run would have drawn (the generator replays
+//      the batches before).
+//  RF3 With a checkpoint folder the trainer resumes from its last checkpoint
+//      at start (a whole-job restart, R3); one made with other settings is
+//      refused, naming both. The loss curve comes back with it (the meta).
+//  RF4 A part's worker that dies after training is excused (OR4).
+
+// The model's shape and where its parts live.
+struct Shape {
+  int64_t batch, length, vocab, embed, hidden;
+  int64_t ps, lstm_owner;  // ranks
+};
+
+// The three parts, their optimizer and their checkpoint: built at start and
+// again on the owners' new lives (RF2).
+struct Parts {
+  Parts(Worker& w, const Shape& s, const optim::Spec& spec, const std::string& folder)
+      : embedding(w, s.ps, s.vocab, s.embed),
+        lstm(w, s.lstm_owner, s.embed, s.hidden),
+        decoder(w, s.ps, s.hidden, s.vocab),
+        optimizer(w, spec, parameters()) {
+    if (folder.empty()) return;
+    checkpoint.emplace(w, folder);
+    checkpoint->add("embedding", embedding).add("lstm", lstm).add("decoder", decoder).add("optimizer", optimizer);
+  }
+  std::vector<RRef<at::Tensor>> parameters() const {
+    std::vector<RRef<at::Tensor>> params;
+    for (const auto& part : {embedding.parameter_rrefs(), lstm.parameter_rrefs(), decoder.parameter_rrefs()})
+      params.insert(params.end(), part.begin(), part.end());
+    return params;
+  }
+  nn::RemoteModule<EmbeddingTable> embedding;
+  nn::RemoteModule<LstmStage> lstm;
+  nn::RemoteModule<Decoder> decoder;
+  optim::DistributedOptimizer optimizer;
+  std::optional<Checkpoint> checkpoint;
+};
+
+// RF3: what a checkpoint must have been made with to be resumed (all but
+// the number of steps).
+std::string settings_of(const Flags& args) {
+  std::string out;
+  for (const char* name : {"batch-size", "seq-len", "vocab", "embed", "hidden", "seed"})
+    out += std::string(out.empty() ? "" : " ") + name + "=" + std::to_string(args.get<int64_t>(name));
+  auto spec = spec_from(args);
+  char lr[64];
+  std::snprintf(lr, sizeof(lr), " optimizer=%s lr=%g", args.get<std::string>("optimizer").c_str(),
+                std::visit([](const auto& o) { return o.lr; }, spec));
+  return out + lr;
+}
+
+// The losses of steps 1..n as the manifest keeps them, and back.
+std::string encode_losses(const std::vector<CurvePoint>& points) {
+  std::string out;
+  char buf[32];
+  for (const auto& p : points) {
+    std::snprintf(buf, sizeof(buf), "%.17g ", p.loss);
+    out += buf;
+  }
+  return out;
+}
+
+std::vector<CurvePoint> decode_losses(const std::string& text, int64_t steps) {
+  std::vector<CurvePoint> points;
+  std::istringstream in(text);
+  double loss;
+  while (int64_t(points.size()) < steps && in >> loss) points.push_back(CurvePoint{double(points.size() + 1), loss, -1, 0, 0});
+  if (int64_t(points.size()) != steps)
+    throw CheckpointError("rnn: the checkpoint's losses cover " + std::to_string(points.size()) + " steps, not " +
+                          std::to_string(steps));
+  return points;
 }
 
 // Its flags were checked by parse_app_flags (F5), as every app's.
 int run(Worker& w, const Flags& args) {
   auto spec = spec_from(args);
-  int64_t steps = args.get<int64_t>("steps"), batch = args.get<int64_t>("batch-size");
-  int64_t length = args.get<int64_t>("seq-len"), vocab = args.get<int64_t>("vocab");
-  int64_t embed = args.get<int64_t>("embed"), hidden = args.get<int64_t>("hidden");
+  int64_t steps = args.get<int64_t>("steps");
+  Shape shape{args.get<int64_t>("batch-size"), args.get<int64_t>("seq-len"), args.get<int64_t>("vocab"),
+              args.get<int64_t>("embed"), args.get<int64_t>("hidden"), 1, 2};
   if (w.rank() != 0) return 0;  // the parts' owners serve until the trainer is done
   if (w.world_size() < 2) throw std::invalid_argument("rnn: needs at least 2 workers");
-  int64_t ps = 1, lstm_owner = w.world_size() >= 3 ? 2 : 1;  // ranks
+  if (w.world_size() < 3) shape.lstm_owner = 1;
   std::printf("model-parallel RNN: embedding + decoder on %s, LSTM on %s, trainer %s\n",
-              w.get_worker_info(ps).name.c_str(), w.get_worker_info(lstm_owner).name.c_str(), w.name().c_str());
+              w.get_worker_info(shape.ps).name.c_str(), w.get_worker_info(shape.lstm_owner).name.c_str(),
+              w.name().c_str());
   std::fflush(stdout);
-
-  nn::RemoteModule<EmbeddingTable> embedding(w, ps, vocab, embed);
-  nn::RemoteModule<LstmStage> lstm(w, lstm_owner, embed, hidden);
-  nn::RemoteModule<Decoder> decoder(w, ps, hidden, vocab);
-  std::vector<RRef<at::Tensor>> params;
-  for (auto& p : embedding.parameter_rrefs()) params.push_back(p);
-  for (auto& p : lstm.parameter_rrefs()) params.push_back(p);
-  for (auto& p : decoder.parameter_rrefs()) params.push_back(p);
-  optim::DistributedOptimizer optimizer(w, spec, params);
-
+  const auto checkpoints = checkpoint_settings(args, "rnn");
+  const bool rejoin = checkpoints.restart_policy;
+  const auto settings = settings_of(args);
+  OwnerRecovery recovery(w, {shape.ps, shape.lstm_owner}, rejoin, std::chrono::minutes(1), "rnn",
+                         "the parts' workers");  // RF2
+  std::optional<std::string> folder;  // RF1 ("": none), once known
+  std::unique_ptr<Parts> parts;
   auto gen = at::detail::createCPUGenerator(uint64_t(args.get<int64_t>("seed")));
+  std::vector<CurvePoint> points;  // the loss of each step the parts' state holds
+  bool trained = false;
+  auto save = [&](int64_t step) {
+    parts->checkpoint->save(step, {{"settings", settings}, {"losses", encode_losses(points)}});
+    // From the line's start, as the step lines: over the progress bar.
+    if (step > 0) std::printf("\rcheckpoint: step %lld saved in %s\n", (long long)step, folder->c_str());
+    std::fflush(stdout);
+  };
+  // Builds the parts (again, on new lives after a death) and sets them to
+  // the folder's last checkpoint (RF3), or saves a first one under rejoin
+  // (RF1). Returns the step restored, or -1.
+  auto start = [&]() -> int64_t {
+    if (!folder)
+      folder = !checkpoints.given.empty() ? checkpoints.given
+               : rejoin                   ? own_checkpoint_folder(w, {shape.ps, shape.lstm_owner}, checkpoints.own, "rnn")
+                                          : "";
+    parts.reset();  // the old lives' objects go first
+    parts = std::make_unique<Parts>(w, shape, spec, *folder);
+    gen = at::detail::createCPUGenerator(uint64_t(args.get<int64_t>("seed")));
+    points.clear();
+    if (!parts->checkpoint) return -1;
+    auto saved = parts->checkpoint->latest();
+    if (!saved) {
+      if (rejoin) save(0);
+      return -1;
+    }
+    auto made_with = saved->meta.count("settings") ? saved->meta.at("settings") : std::string("(none)");
+    if (made_with != settings)
+      throw CheckpointError("rnn: the checkpoint in " + *folder + " (step " + std::to_string(saved->step) +
+                            ") was made with " + made_with + "; this run has " + settings +
+                            ": give another --checkpoint-dir");
+    auto restored = parts->checkpoint->restore();
+    points = decode_losses(restored->meta.count("losses") ? restored->meta.at("losses") : "", restored->step);
+    for (int64_t s = 0; s < restored->step; ++s) make_batch(shape.batch, shape.length, shape.vocab, gen);
+    return restored->step;
+  };
+  bool reported = false;  // what the first start that got through found, said once
+  auto report_start = [&](int64_t step) {
+    reported = true;
+    if (step >= 0) std::printf("rnn: resuming after step %lld from the checkpoint in %s\n", (long long)step, folder->c_str());
+    std::fflush(stdout);
+  };
+  auto take_back = [&] {
+    auto step = start();
+    std::printf("rnn: the parts are back\n");
+    if (!reported) return report_start(step);
+    std::printf("rnn: training goes on from the checkpoint of step %lld\n", (long long)std::max<int64_t>(step, 0));
+    std::fflush(stdout);
+  };
+  auto recoverable = [&] { return !trained || (folder && !folder->empty()); };
+  auto survive = [&](const std::function<void()>& attempt) { recovery.run(attempt, recoverable, take_back); };
+  survive([&] { report_start(start()); });
+
   TrainingLog log("castor model-parallel RNN (loss per step)", "step");
-  ProgressBar bar("training", steps, !args.get<bool>("no-progress"));
-  int64_t every = args.get<int64_t>("log-every");
-  for (int64_t step = 1; step <= steps; ++step) {
-    auto [x, y] = make_batch(batch, length, vocab, gen);
-    double loss_value;
-    {
-      autograd::Context ctx(w);
-      auto logits = decoder.forward(lstm.forward(embedding.forward(x)));
-      auto loss = at::nll_loss(at::log_softmax(logits.reshape({-1, vocab}), 1), y.reshape({-1}));
-      ctx.backward({loss});
-      optimizer.step(ctx.id());
-      loss_value = loss.item<double>();
+  {
+    ProgressBar bar("training", steps, !args.get<bool>("no-progress"));
+    int64_t log_every = args.get<int64_t>("log-every");
+    while (int64_t(points.size()) < steps) {
+      survive([&] {
+        int64_t step = int64_t(points.size()) + 1;
+        auto [x, y] = make_batch(shape.batch, shape.length, shape.vocab, gen);
+        trained = true;
+        double loss_value;
+        {
+          autograd::Context ctx(w);
+          auto logits = parts->decoder.forward(parts->lstm.forward(parts->embedding.forward(x)));
+          auto loss = at::nll_loss(at::log_softmax(logits.reshape({-1, shape.vocab}), 1), y.reshape({-1}));
+          ctx.backward({loss});
+          parts->optimizer.step(ctx.id());
+          loss_value = loss.item<double>();
+        }
+        points.push_back(CurvePoint{double(step), loss_value, -1, 0, 0});
+        if (parts->checkpoint && (step % checkpoints.every == 0 || step == steps)) save(step);
+        char note[48];
+        std::snprintf(note, sizeof(note), "loss %.4f", loss_value);
+        bar.update(step, note);
+        if (log_every > 0 && (step % log_every == 0 || step == 1)) {
+          std::printf("\rstep %lld/%lld %s\n", (long long)step, (long long)steps, note);
+          std::fflush(stdout);
+        }
+      });
     }
-    log.add(CurvePoint{double(step), loss_value, -1, 0, 0});
     char note[48];
-    std::snprintf(note, sizeof(note), "loss %.4f", loss_value);
-    bar.update(step, note);
-    if (every > 0 && (step % every == 0 || step == 1)) {
-      std::printf("\rstep %lld/%lld %s\n", (long long)step, (long long)steps, note);
-      std::fflush(stdout);
-    }
+    std::snprintf(note, sizeof(note), "loss %.4f", points.back().loss);
+    bar.finish(note);
   }
+  if (rejoin) excuse_deaths_after_training(w);  // RF4
+  parts.reset();
+  if (folder) remove_own_checkpoint_folder(checkpoints, *folder);  // RF1
+  for (const auto& p : points) log.add(p);
   const auto& pts = log.points();
   std::printf("loss: first step %.4f, last step %.4f (ln %lld = %.4f)\n", pts.front().loss, pts.back().loss,
-              (long long)vocab, std::log(double(vocab)));
+              (long long)shape.vocab, std::log(double(shape.vocab)));
   auto paths = log.write(curve_prefix(args.find<std::string>("out").value_or(""), "rnn"));
   std::printf("curves: %s and %s\n", paths[0].c_str(), paths[1].c_str());
   std::fflush(stdout);

@@ -3,9 +3,9 @@
 // model in one process with plain libtorch and prints both accuracies.
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 
 #include "apps/common/app.hpp"
+#include "apps/common/checkpoint_flags.hpp"
 #include "apps/common/training_log.hpp"
 #include "apps/parameter_server/parameter_server.hpp"
 #include "config/cluster_file.hpp"
@@ -33,11 +33,6 @@ void declare_flags(po::options_description& flags) {
        "the 1 - 1/N that N asynchronous trainers add")
       ("on-trainer-failure", po::value<std::string>()->default_value("stop")->value_name("stop|continue"),
        "when a trainer dies: fail the job, or go on with the trainers left")
-      ("checkpoint-dir", po::value<std::string>()->value_name("D"),
-       "save the server to D after each epoch, and resume from D's last checkpoint at start (default: the "
-       "cluster file's \"checkpoint_dir\", if any; under --max-restarts, a folder of the job's own)")
-      ("checkpoint-every", po::value<int64_t>()->default_value(c.checkpoint_every)->value_name("N"),
-       "epochs between checkpoints")
       ("seed", po::value<int64_t>()->default_value(c.seed)->value_name("N"), "initialisation and shuffling seed")
       ("limit", po::value<int64_t>()->default_value(c.limit)->value_name("N"),
        "use the first N training samples (-1: all 60000)")
@@ -49,12 +44,7 @@ void declare_flags(po::options_description& flags) {
       ("compare", po::bool_switch(), "then train the same model in one process with libtorch and compare")
       ("min-accuracy", po::value<double>()->value_name("X"), "exit with 3 if the final test accuracy is below X")
       ("no-progress", po::bool_switch(), "no progress bar");
-}
-
-// The checkpoint folder of the job's own (castor-out/parameter-server-<job>.checkpoint).
-std::string own_checkpoint_dir() {
-  static const std::string dir = curve_prefix("", "parameter-server") + ".checkpoint";  // one name in this process
-  return dir;
+  declare_checkpoint_flags(flags, "the server (its parameters and momentum)", c.checkpoint_every, "epochs");
 }
 
 PsConfig config_from(const Flags& flags) {
@@ -80,18 +70,12 @@ PsConfig config_from(const Flags& flags) {
   c.continue_on_trainer_failure = on_failure == "continue";
   // J1 of Note [Trainer failure]: under `--max-restarts` the launcher starts a
   // dead trainer again (Note [Restart policy]) and says so to every worker.
-  const char* restarts = std::getenv("CASTOR_MAX_RESTARTS");
-  c.rejoin = restarts && std::atoi(restarts) > 0;
-  // A cluster file's "checkpoint_dir" is the default (cluster_file.hpp).
-  const char* job_dir = std::getenv(config::kCheckpointDirVariable);
-  c.checkpoint_dir = flags.find<std::string>("checkpoint-dir").value_or(job_dir ? job_dir : "");
-  // Under a restart policy a job that restarts whole after the server's
-  // death (R3 of Note [Restart policy]) resumes from a checkpoint: with no
-  // folder given, from one of the job's own (one name for every restart of
-  // the job), which run() removes once training has ended.
-  if (c.rejoin && c.checkpoint_dir.empty()) c.checkpoint_dir = own_checkpoint_dir();
-  c.checkpoint_every = flags.get<int64_t>("checkpoint-every");
-  if (c.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
+  // A job that restarts whole after the server's death (R3) resumes from a
+  // checkpoint: with no folder given, one of the job's own.
+  auto checkpoints = checkpoint_settings(flags, "parameter-server");
+  c.rejoin = checkpoints.restart_policy;
+  c.checkpoint_dir = checkpoints.given.empty() && c.rejoin ? checkpoints.own : checkpoints.given;
+  c.checkpoint_every = checkpoints.every;
   if (!(c.lr_decay > 0) || c.lr_decay > 1) throw std::invalid_argument("--lr-decay must be in (0, 1]");
   if (c.epochs < 1 || c.batch < 1) throw std::invalid_argument("--epochs and --batch-size must be at least 1");
   return c;
@@ -111,10 +95,7 @@ int run(Worker& w, const Flags& args) {
   TrainingLog log("castor parameter server on Fashion-MNIST (" + std::to_string(trainers) + " trainers, " +
                   (cfg.sync ? "sync" : "async") + ")");
   auto results = run_parameter_server(w, cfg, [&](const EpochResult& r) { log.add(to_point(r)); });
-  if (cfg.checkpoint_dir == own_checkpoint_dir()) {  // the job's own folder goes with the job
-    std::error_code ignored;
-    std::filesystem::remove_all(cfg.checkpoint_dir, ignored);
-  }
+  remove_own_checkpoint_folder(checkpoint_settings(args, "parameter-server"), cfg.checkpoint_dir);
   double accuracy = results.back().test.accuracy;
   if (args.get<bool>("compare")) {
     std::printf("single-process libtorch, same model, data and seed (batch %lld):\n",

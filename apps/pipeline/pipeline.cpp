@@ -261,12 +261,12 @@ namespace {
 // starts, and again on the stages' new lives after a death (PF2).
 struct Trainee {
   Trainee(Worker& w, const PipelineConfig& cfg, const std::string& checkpoint_dir)
-      : p{nn::RemoteModule<FirstStage>(w, cfg.stage1_rank, 784, cfg.hidden1),
-          nn::RemoteModule<SecondStage>(w, cfg.stage2_rank, cfg.hidden1, cfg.hidden2)},
-        optimizer(w, sgd_of(cfg), parameters_of(p)) {
+      : pipeline{nn::RemoteModule<FirstStage>(w, cfg.stage1_rank, 784, cfg.hidden1),
+                 nn::RemoteModule<SecondStage>(w, cfg.stage2_rank, cfg.hidden1, cfg.hidden2)},
+        optimizer(w, sgd_of(cfg), parameters_of(pipeline)) {
     if (checkpoint_dir.empty()) return;
     checkpoint.emplace(w, checkpoint_dir);
-    checkpoint->add("stage1", p.first).add("stage2", p.second).add("optimizer", optimizer);
+    checkpoint->add("stage1", pipeline.first).add("stage2", pipeline.second).add("optimizer", optimizer);
   }
   static optim::SGD sgd_of(const PipelineConfig& cfg) {
     optim::SGD spec{cfg.lr};
@@ -278,7 +278,7 @@ struct Trainee {
     for (auto& r : p.second.parameter_rrefs()) params.push_back(r);
     return params;
   }
-  Pipeline p;
+  Pipeline pipeline;
   optim::DistributedOptimizer optimizer;
   std::optional<Checkpoint> checkpoint;
 };
@@ -293,22 +293,11 @@ at::Generator order_after(const PipelineConfig& cfg, int64_t samples, int64_t ep
 }
 
 // PF1: the checkpoint folder, if any: the one given, else (under rejoin)
-// the driver's own when every stage runs on its host, where the driver can
-// check the stages' files (C5 of Note [Checkpoint]).
+// the driver's own when every stage runs on its host (OR5).
 std::string checkpoint_folder(Worker& w, const PipelineConfig& cfg) {
   if (!cfg.checkpoint_dir.empty()) return cfg.checkpoint_dir;
   if (!cfg.rejoin || cfg.own_checkpoint_dir.empty()) return "";
-  auto host_of = [](const std::string& where) { return where.substr(0, where.find(' ')); };
-  for (auto rank : {cfg.stage1_rank, cfg.stage2_rank}) {
-    auto name = w.get_worker_info(rank).name;
-    if (host_of(w.rpc_sync<std::string>(name, "pipeline_where")) != host_of(where_this_runs())) {
-      std::printf("pipeline: %s runs on another host and no --checkpoint-dir (on storage every host shares) was "
-                  "given: a stage's death ends the job\n",
-                  name.c_str());
-      return "";
-    }
-  }
-  return cfg.own_checkpoint_dir;
+  return own_checkpoint_folder(w, {cfg.stage1_rank, cfg.stage2_rank}, cfg.own_checkpoint_dir, "pipeline");
 }
 
 }  // namespace
@@ -340,6 +329,8 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
     trainee.reset();  // the old lives' objects go first
     trainee = std::make_unique<Trainee>(w, cfg, *folder);
     if (again && cfg.bind_stages) std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
+    points.clear();
+    gen = order_after(cfg, train.size(), 0);
     if (!trainee->checkpoint) return -1;
     auto saved = trainee->checkpoint->latest();
     if (!saved) {
@@ -353,37 +344,41 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
     gen = order_after(cfg, train.size(), restored->step);
     return restored->step;
   };
+  // PF5: what the first start that got through found, said once (a death
+  // during the first restore is taken back by a start that says it).
+  bool reported = false;
+  auto report_start = [&](int64_t step) {
+    reported = true;
+    if (step > 0)
+      std::printf("resuming after epoch %lld from the checkpoint in %s\n", (long long)step, folder->c_str());
+    else if (step == 0)
+      std::printf("resuming from the start, as the checkpoint in %s saved it\n", folder->c_str());
+    std::fflush(stdout);
+    if (on_epoch)
+      for (const auto& point : points) on_epoch(point);
+  };
   // PF2: the stages built again on their new lives, the last checkpoint
   // restored into them.
   auto take_back = [&] {
     auto step = start(true);
-    if (step > 0 || (step == 0 && trained))
-      std::printf("pipeline: the stages are back; training goes on from the checkpoint of epoch %lld (epoch %lld "
-                  "runs again)\n",
-                  (long long)step, (long long)step + 1);
-    else
-      std::printf("pipeline: the stages are back; training begins\n");
+    if (!reported) {
+      std::printf("pipeline: the stages are back\n");
+      return report_start(step);
+    }
+    std::printf("pipeline: the stages are back; training goes on from the checkpoint of epoch %lld (epoch %lld "
+                "runs again)\n",
+                (long long)std::max<int64_t>(step, 0), (long long)std::max<int64_t>(step, 0) + 1);
     std::fflush(stdout);
   };
   // What a death costs can be rebuilt: from a checkpoint, or nothing was
   // trained yet.
   auto recoverable = [&] { return !trained || (folder && !folder->empty()); };
   auto survive = [&](const std::function<void()>& attempt) { recovery.run(attempt, recoverable, take_back); };
-  survive([&] {
-    auto step = start(false);
-    if (step < 0) return;
-    if (step > 0)
-      std::printf("resuming after epoch %lld from the checkpoint in %s\n", (long long)step, folder->c_str());
-    else
-      std::printf("resuming from the start, as the checkpoint in %s saved it\n", folder->c_str());
-    std::fflush(stdout);
-    if (on_epoch)
-      for (const auto& point : points) on_epoch(point);
-  });
+  survive([&] { report_start(start(false)); });
   while (int64_t(points.size()) < cfg.epochs) {
     survive([&] {
       int64_t epoch = int64_t(points.size()) + 1;
-      auto& p = trainee->p;
+      auto& p = trainee->pipeline;
       auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
         autograd::Context ctx(w);
         auto loss = loss_of(p.forward(images, cfg.micro_batches), labels);
@@ -400,7 +395,7 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
   }
   if (cfg.rejoin) excuse_deaths_after_training(w);  // PF6
   trainee.reset();
-  if (folder && !folder->empty() && *folder == cfg.own_checkpoint_dir) {  // PF1: the driver's own goes with the job
+  if (cfg.checkpoint_dir.empty() && folder && !folder->empty()) {  // PF1: the driver's own goes with the job
     std::error_code ignored;
     std::filesystem::remove_all(*folder, ignored);
   }

@@ -1,11 +1,10 @@
 // `castor run pipeline`: the flags and the report of the pipeline's training
 // (apps/pipeline/pipeline.hpp, Note [Pipeline]).
 #include <cstdio>
-#include <cstdlib>
 
 #include "apps/common/app.hpp"
+#include "apps/common/checkpoint_flags.hpp"
 #include "apps/pipeline/pipeline.hpp"
-#include "config/cluster_file.hpp"
 
 namespace castor::apps::pipeline {
 namespace {
@@ -31,13 +30,8 @@ void declare_flags(po::options_description& flags) {
       ("out", po::value<std::string>()->value_name("PREFIX"),
        "write PREFIX.csv and PREFIX.svg (default castor-out/pipeline-<job>)")
       ("no-stage-binding", po::bool_switch(), "leave the stages unbound even when they share a host")
-      ("checkpoint-dir", po::value<std::string>()->value_name("D"),
-       "save the stages and their optimizer to D after each --checkpoint-every epochs, and resume from D's last "
-       "checkpoint at start (default: the cluster file's \"checkpoint_dir\", if any; under --max-restarts, "
-       "a folder of the job's own)")
-      ("checkpoint-every", po::value<int64_t>()->default_value(d.checkpoint_every)->value_name("N"),
-       "epochs between checkpoints")
       ("no-progress", po::bool_switch(), "no progress bar");
+  declare_checkpoint_flags(flags, "both stages and their optimizer", d.checkpoint_every, "epochs");
 }
 
 // The settings of the flags; throws std::invalid_argument for values out of
@@ -59,13 +53,11 @@ PipelineConfig config_from(const Flags& args) {
   cfg.bind_stages = !args.get<bool>("no-stage-binding");
   // Note [Pipeline failure]: under `--max-restarts` the launcher starts a
   // dead stage again (Note [Restart policy]) and says so to every worker.
-  const char* restarts = std::getenv("CASTOR_MAX_RESTARTS");
-  cfg.rejoin = restarts && std::atoi(restarts) > 0;
-  const char* job_dir = std::getenv(config::kCheckpointDirVariable);  // a cluster file's "checkpoint_dir"
-  cfg.checkpoint_dir = args.find<std::string>("checkpoint-dir").value_or(job_dir ? job_dir : "");
-  cfg.checkpoint_every = args.get<int64_t>("checkpoint-every");
-  if (cfg.checkpoint_every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
-  cfg.own_checkpoint_dir = curve_prefix("", "pipeline") + ".checkpoint";  // PF1: one name for the job's restarts
+  auto checkpoints = checkpoint_settings(args, "pipeline");
+  cfg.rejoin = checkpoints.restart_policy;
+  cfg.checkpoint_dir = checkpoints.given;
+  cfg.own_checkpoint_dir = checkpoints.own;  // PF1
+  cfg.checkpoint_every = checkpoints.every;
   check(cfg);
   return cfg;
 }
@@ -83,7 +75,7 @@ int run(Worker& w, const Flags& args) {
   try {
     std::printf("pipeline: %s\n", bind_stages(w, cfg).c_str());
   } catch (const RpcError& e) {
-    if (!cfg.rejoin) throw;
+    if (!cfg.rejoin || (w.is_alive(cfg.stage1_rank) && w.is_alive(cfg.stage2_rank))) throw;
     // PF2: a stage that died this early is taken back (and bound) as
     // training starts.
     std::printf("pipeline: stages not bound to CPUs yet: %s\n", e.what());

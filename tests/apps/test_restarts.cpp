@@ -473,10 +473,10 @@ bool ended_an_epoch_before_the_last(const std::string& out, size_t from, int epo
 // nothing to restart. Every run must finish well with the undisturbed
 // accuracy (within the job's tolerance), and no process may die of any
 // other signal.
-void chaos(const ChaosJob& job, unsigned first_seed, unsigned seeds) {
+void chaos(const ChaosJob& job, unsigned seed) {
   auto reference = job.undisturbed.accuracy;
   std::string summary;
-  for (unsigned seed = first_seed; seed < first_seed + seeds; ++seed) {
+  {
     std::mt19937 rng(seed);
     int planned = 1 + int(rng() % 2);
     std::vector<int> victims;
@@ -534,11 +534,11 @@ ChaosJob parameter_server_chaos(unsigned seed) {
 }  // namespace
 
 TEST_CASE("chaos: random SIGKILLs during training, seeds 1-5: every run finishes with the undisturbed accuracy") {
-  for (unsigned seed = 1; seed <= 5; ++seed) chaos(parameter_server_chaos(seed), seed, 1);
+  for (unsigned seed = 1; seed <= 5; ++seed) chaos(parameter_server_chaos(seed), seed);
 }
 
 TEST_CASE("chaos: random SIGKILLs during training, seeds 6-10: every run finishes with the undisturbed accuracy") {
-  for (unsigned seed = 6; seed <= 10; ++seed) chaos(parameter_server_chaos(seed), seed, 1);
+  for (unsigned seed = 6; seed <= 10; ++seed) chaos(parameter_server_chaos(seed), seed);
 }
 
 // The pipeline's stages survive too (Note [Pipeline failure]): the stages
@@ -575,17 +575,18 @@ const Undisturbed& pipeline_undisturbed() {
 double pipeline_reference_accuracy() { return pipeline_undisturbed().accuracy; }
 
 // A disturbed pipeline trained on from the right state: every epoch's loss
-// lies within 5 % of the undisturbed run's. Runs differ by up to 3 % in
-// epoch 1 and 1 % later (the stages' first weights, the order in which
-// micro-batches' gradients add up); an epoch run again from the checkpoint
-// an epoch too early by 6-10 %, from fresh weights by 100 % and more (epoch
-// 1 ends at about 0.89, epochs 2-4 at 0.47, 0.43, 0.41).
+// lies within 6 % of the undisturbed run's in epoch 1 and 4 % later. Six
+// undisturbed runs differed by up to 3.3 % in epoch 1 and 1.9 % later (the
+// stages' first weights, the order in which micro-batches' gradients add
+// up); an epoch run again from the checkpoint an epoch too early differs by
+// 8-12 %, from fresh weights by 100 % and more (epoch 1 ends at about 0.89,
+// epochs 2-4 at 0.47, 0.43, 0.41).
 void check_pipeline_losses(const std::string& out) {
   auto reference = pipeline_undisturbed().losses;
   auto losses = epoch_losses(out, 4);
   for (size_t e = 0; e < losses.size(); ++e) {
     CAPTURE(e + 1);
-    CHECK(std::fabs(losses[e] - reference[e]) <= 0.05 * reference[e]);
+    CHECK(std::fabs(losses[e] - reference[e]) <= (e == 0 ? 0.06 : 0.04) * reference[e]);
   }
 }
 
@@ -692,9 +693,62 @@ TEST_CASE("pipeline --checkpoint-dir: a later run resumes after the last checkpo
   CHECK(contains(bad.output, "--checkpoint-every must be at least 1"));
 }
 
-TEST_CASE("chaos: random SIGKILLs during the pipeline's training, seeds 1-4: every run finishes near the undisturbed accuracy") {
-  for (unsigned seed = 1; seed <= 4; ++seed)
-    chaos(ChaosJob{kPipelineJob, "[run] 3 worker(s) of pipeline", 4, pipeline_undisturbed(), 4.0,
-                   check_pipeline_losses},
-          seed, 1);
+namespace {
+
+void pipeline_chaos(unsigned seed) {
+  chaos(ChaosJob{kPipelineJob, "[run] 3 worker(s) of pipeline", 4, pipeline_undisturbed(), 4.0, check_pipeline_losses},
+        seed);
+}
+
+}  // namespace
+
+TEST_CASE("chaos: random SIGKILLs during the pipeline's training, seeds 1-2: every run trains on from the right state") {
+  for (unsigned seed = 1; seed <= 2; ++seed) pipeline_chaos(seed);
+}
+
+TEST_CASE("chaos: random SIGKILLs during the pipeline's training, seeds 3-4: every run trains on from the right state") {
+  for (unsigned seed = 3; seed <= 4; ++seed) pipeline_chaos(seed);
+}
+
+TEST_CASE("castor run --max-restarts rnn: a part's worker SIGKILLed after step 50 rejoins, the parts go back to the checkpoint, and the loss curve goes on from it") {
+  bool killed = false;
+  auto r = run_castor({"run", "rnn", "--workers", "3", "--steps", "400", "--log-every", "100", "--max-restarts", "2"},
+                      std::chrono::seconds(240), [&](const std::string& out) {
+                        if (!killed && contains(out, "checkpoint: step 50 saved in ")) killed = kill_rank(out, 2);
+                      });
+  INFO(r.output);
+  REQUIRE(killed);
+  CHECK(r.code == 0);
+  CHECK(contains(r.output, "[launch] worker2 died (killed by signal 9): starting it again (restart 1 of 2 for worker2)"));
+  CHECK(contains(r.output, "; waiting for the parts' workers to rejoin\n"));
+  CHECK(contains(r.output, "rnn: the parts are back\n"));
+  CHECK(contains(r.output, "rnn: training goes on from the checkpoint of step "));
+  CHECK(count(r.output, "[run] 3 worker(s) of rnn") == 1);
+  // The curve has every step once, and goes on from the checkpoint: a step
+  // after it loses about what the steps before it did, where fresh weights
+  // would start again at ln 16 = 2.77.
+  auto at = r.output.find("curves: ");
+  REQUIRE(at != std::string::npos);
+  auto csv = r.output.substr(at + 8, r.output.find(" and ", at) - at - 8);
+  std::ifstream in(csv);
+  REQUIRE(in.good());
+  std::string line;
+  std::getline(in, line);  // the header
+  std::vector<double> losses;
+  while (std::getline(in, line)) {
+    auto comma = line.find(',');
+    CHECK(std::stoll(line.substr(0, comma)) == int64_t(losses.size()) + 1);
+    losses.push_back(std::stod(line.substr(comma + 1)));
+  }
+  REQUIRE(losses.size() == 400);
+  auto resumed_after = std::stoll(r.output.substr(r.output.find("from the checkpoint of step ") + 28));
+  CAPTURE(resumed_after);
+  REQUIRE(resumed_after >= 50);
+  REQUIRE(resumed_after < 400);
+  CHECK(losses[size_t(resumed_after)] < 2 * losses[size_t(resumed_after) - 1] + 0.01);
+  CHECK(losses.back() < 0.02);
+  // The job's own folder went with the job.
+  auto saved = r.output.find("checkpoint: step 50 saved in ") + 29;
+  CHECK_FALSE(fs::exists(r.output.substr(saved, r.output.find('\n', saved) - saved)));
+  check_only_sigkills(r.output);
 }
