@@ -35,6 +35,16 @@ CheckpointSettings checkpoint_settings(const Flags& flags, const std::string& ap
   return s;
 }
 
+void check_checkpoint_settings(const CheckpointInfo& saved, const std::string& settings, const std::string& app,
+                               const std::string& folder, const std::string& unit) {
+  auto it = saved.meta.find("settings");
+  auto made_with = it == saved.meta.end() ? std::string("(none)") : it->second;
+  if (made_with != settings)
+    throw CheckpointError(app + ": the checkpoint in " + folder + " (" + unit + " " + std::to_string(saved.step) +
+                          ") was made with " + made_with + "; this run has " + settings +
+                          ": give another --checkpoint-dir");
+}
+
 void remove_own_checkpoint_folder(const CheckpointSettings& settings, const std::string& used) {
   if (!settings.given.empty() || used.empty() || used != settings.own) return;
   std::error_code ignored;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "apps/common/flags.hpp"
+#include "optimizer/checkpoint.hpp"
 
 namespace castor::apps {
 
@@ -25,6 +26,12 @@ struct CheckpointSettings {
 
 /// Throws std::invalid_argument for --checkpoint-every below 1 (F5).
 CheckpointSettings checkpoint_settings(const Flags& flags, const std::string& app);
+
+/// Throws CheckpointError when `saved` was made with other settings than
+/// `settings` (its meta's "settings"), naming both, the folder and its
+/// `unit` ("epoch", "step"): a checkpoint of another model is not loaded.
+void check_checkpoint_settings(const CheckpointInfo& saved, const std::string& settings, const std::string& app,
+                               const std::string& folder, const std::string& unit);
 
 /// Removes `own` (the job's own folder) once training has ended well; a
 /// folder that was given stays, whatever its name.

@@ -37,9 +37,9 @@
 #include <thread>
 
 #include "actors/api/errors.hpp"
+#include "actors/api/registry.hpp"
 #include "apps/common/cpu_binding.hpp"
 #include "apps/common/rejoin_wait.hpp"
-#include "actors/api/registry.hpp"
 
 // OR5: which host a worker runs on, as host_identity names it.
 CASTOR_FUNCTION(castor_apps_host, []() { return castor::apps::host_identity(); });

@@ -13,7 +13,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <tuple>
 #include <variant>
 
@@ -30,6 +29,7 @@
 #include "apps/common/owner_recovery.hpp"
 #include "apps/common/progress.hpp"
 #include "apps/common/training_log.hpp"
+#include "apps/model_parallel_rnn/rnn_checkpoint.hpp"
 #include "engine/context.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "optimizer/dist_optimizer.hpp"
@@ -167,41 +167,6 @@ struct Parts {
   std::optional<Checkpoint> checkpoint;
 };
 
-// RF3: what a checkpoint must have been made with to be resumed (all but
-// the number of steps).
-std::string settings_of(const Flags& args) {
-  std::string out;
-  for (const char* name : {"batch-size", "seq-len", "vocab", "embed", "hidden", "seed"})
-    out += std::string(out.empty() ? "" : " ") + name + "=" + std::to_string(args.get<int64_t>(name));
-  auto spec = spec_from(args);
-  char lr[64];
-  std::snprintf(lr, sizeof(lr), " optimizer=%s lr=%g", args.get<std::string>("optimizer").c_str(),
-                std::visit([](const auto& o) { return o.lr; }, spec));
-  return out + lr;
-}
-
-// The losses of steps 1..n as the manifest keeps them, and back.
-std::string encode_losses(const std::vector<CurvePoint>& points) {
-  std::string out;
-  char buf[32];
-  for (const auto& p : points) {
-    std::snprintf(buf, sizeof(buf), "%.17g ", p.loss);
-    out += buf;
-  }
-  return out;
-}
-
-std::vector<CurvePoint> decode_losses(const std::string& text, int64_t steps) {
-  std::vector<CurvePoint> points;
-  std::istringstream in(text);
-  double loss;
-  while (int64_t(points.size()) < steps && in >> loss) points.push_back(CurvePoint{double(points.size() + 1), loss, -1, 0, 0});
-  if (int64_t(points.size()) != steps)
-    throw CheckpointError("rnn: the checkpoint's losses cover " + std::to_string(points.size()) + " steps, not " +
-                          std::to_string(steps));
-  return points;
-}
-
 // Its flags were checked by parse_app_flags (F5), as every app's.
 int run(Worker& w, const Flags& args) {
   auto spec = spec_from(args);
@@ -217,7 +182,7 @@ int run(Worker& w, const Flags& args) {
   std::fflush(stdout);
   const auto checkpoints = checkpoint_settings(args, "rnn");
   const bool rejoin = checkpoints.restart_policy;
-  const auto settings = settings_of(args);
+  const auto settings = rnn_settings(args, std::visit([](const auto& o) { return o.lr; }, spec));
   OwnerRecovery recovery(w, {shape.ps, shape.lstm_owner}, rejoin, std::chrono::minutes(1), "rnn",
                          "the parts' workers");  // RF2
   std::optional<std::string> folder;  // RF1 ("": none), once known
@@ -226,7 +191,7 @@ int run(Worker& w, const Flags& args) {
   std::vector<CurvePoint> points;  // the loss of each step the parts' state holds
   bool trained = false;
   auto save = [&](int64_t step) {
-    parts->checkpoint->save(step, {{"settings", settings}, {"losses", encode_losses(points)}});
+    parts->checkpoint->save(step, rnn_meta(settings, points));
     // From the line's start, as the step lines: over the progress bar.
     if (step > 0) std::printf("\rcheckpoint: step %lld saved in %s\n", (long long)step, folder->c_str());
     std::fflush(stdout);
@@ -249,13 +214,9 @@ int run(Worker& w, const Flags& args) {
       if (rejoin) save(0);
       return -1;
     }
-    auto made_with = saved->meta.count("settings") ? saved->meta.at("settings") : std::string("(none)");
-    if (made_with != settings)
-      throw CheckpointError("rnn: the checkpoint in " + *folder + " (step " + std::to_string(saved->step) +
-                            ") was made with " + made_with + "; this run has " + settings +
-                            ": give another --checkpoint-dir");
+    check_checkpoint_settings(*saved, settings, "rnn", *folder, "step");
     auto restored = parts->checkpoint->restore();
-    points = decode_losses(restored->meta.count("losses") ? restored->meta.at("losses") : "", restored->step);
+    points = rnn_points(*restored);
     for (int64_t s = 0; s < restored->step; ++s) make_batch(shape.batch, shape.length, shape.vocab, gen);
     return restored->step;
   };

@@ -20,6 +20,7 @@
 #include <torch/serialize/output-archive.h>
 
 #include "apps/common/blas_threads.hpp"
+#include "apps/common/checkpoint_flags.hpp"
 #include "apps/common/progress.hpp"
 #include "apps/common/owner_recovery.hpp"
 #include "apps/common/rejoin_wait.hpp"
@@ -332,11 +333,7 @@ EpochResult decode(int64_t epoch, const std::string& s) {
 std::vector<EpochResult> resume(Checkpoint& checkpoint, const std::string& settings) {
   auto saved = checkpoint.latest();
   if (!saved) return {};
-  auto made_with = saved->meta.count("settings") ? saved->meta.at("settings") : std::string("(none)");
-  if (made_with != settings)
-    throw CheckpointError("parameter-server: the checkpoint in " + checkpoint.directory() + " (epoch " +
-                          std::to_string(saved->step) + ") was made with " + made_with + "; this run has " + settings +
-                          ": give another --checkpoint-dir");
+  check_checkpoint_settings(*saved, settings, "parameter-server", checkpoint.directory(), "epoch");
   auto restored = checkpoint.restore();
   std::vector<EpochResult> results;
   for (int64_t e = 1; e <= restored->step; ++e) {

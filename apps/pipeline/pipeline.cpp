@@ -78,6 +78,7 @@
 #include <torch/optim/sgd.h>
 
 #include "apps/common/blas_threads.hpp"
+#include "apps/common/checkpoint_flags.hpp"
 #include "apps/common/cpu_binding.hpp"
 #include "apps/common/progress.hpp"
 #include "apps/common/owner_recovery.hpp"
@@ -337,7 +338,7 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
       if (cfg.rejoin) save(0);  // a stage's death in the first epoch has a state to go back to
       return -1;
     }
-    check_settings(*saved, cfg, *folder);
+    check_checkpoint_settings(*saved, settings_of(cfg), "pipeline", *folder, "epoch");
     auto restored = trainee->checkpoint->restore();
     points = points_of(*restored);
     if (int64_t(points.size()) > cfg.epochs) points.resize(size_t(cfg.epochs));  // asked for fewer: report those

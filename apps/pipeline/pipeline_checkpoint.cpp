@@ -31,16 +31,6 @@ std::map<std::string, std::string> checkpoint_meta(const PipelineConfig& cfg, co
   return meta;
 }
 
-void check_settings(const CheckpointInfo& saved, const PipelineConfig& cfg, const std::string& directory) {
-  auto it = saved.meta.find("settings");
-  auto made_with = it == saved.meta.end() ? std::string("(none)") : it->second;
-  auto settings = settings_of(cfg);
-  if (made_with != settings)
-    throw CheckpointError("pipeline: the checkpoint in " + directory + " (epoch " + std::to_string(saved.step) +
-                          ") was made with " + made_with + "; this run has " + settings +
-                          ": give another --checkpoint-dir");
-}
-
 std::vector<CurvePoint> points_of(const CheckpointInfo& restored) {
   std::vector<CurvePoint> points;
   for (int64_t e = 1; e <= restored.step; ++e) {

@@ -21,10 +21,6 @@ std::string settings_of(const PipelineConfig& cfg);
 /// The manifest's meta for a checkpoint after the epochs of `points`.
 std::map<std::string, std::string> checkpoint_meta(const PipelineConfig& cfg, const std::vector<CurvePoint>& points);
 
-/// Throws CheckpointError, naming both settings and `directory`, when
-/// `saved` was made with other settings than `cfg`'s.
-void check_settings(const CheckpointInfo& saved, const PipelineConfig& cfg, const std::string& directory);
-
 /// The points of the epochs that `restored` covers (1 to its step);
 /// CheckpointError when one is missing or damaged.
 std::vector<CurvePoint> points_of(const CheckpointInfo& restored);
