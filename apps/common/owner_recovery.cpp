@@ -86,7 +86,8 @@ bool OwnerRecovery::died_since(uint64_t before) const {
 }
 
 void OwnerRecovery::await_ranks(const std::string& why) const {
-  std::printf("%s: %s; waiting for %s to rejoin\n", app_.c_str(), why.c_str(), what_.c_str());
+  // From the line's start: over a progress bar the error left unfinished.
+  std::printf("\r%s: %s; waiting for %s to rejoin\n", app_.c_str(), why.c_str(), what_.c_str());
   std::fflush(stdout);
   auto deadline = std::chrono::steady_clock::now() + rejoin_wait_;
   for (auto rank : ranks_)
