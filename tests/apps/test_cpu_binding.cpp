@@ -17,10 +17,12 @@
 #include "actors/transport/sockets.hpp"
 #include "apps/cli_runs.hpp"
 #include "apps/common/cpu_binding.hpp"
+#include "apps/in_process_workers.hpp"
 #include "apps/pipeline/pipeline.hpp"
 #include "support/errors.hpp"
 
 using castor::test::contains;
+using castor::test::in_process;
 using castor::test::run_castor;
 
 namespace {
@@ -33,18 +35,6 @@ std::vector<int> cpus_of(pthread_t thread) {
   for (int c = 0; c < CPU_SETSIZE; ++c)
     if (CPU_ISSET(c, &set)) cpus.push_back(c);
   return cpus;
-}
-
-castor::WorkerOptions in_process(int rank, uint16_t port) {
-  castor::WorkerOptions o;
-  o.name = "worker" + std::to_string(rank);
-  o.rank = rank;
-  o.world_size = 2;
-  o.master = {"127.0.0.1", port};
-  o.host = "127.0.0.1";
-  o.init_timeout = std::chrono::seconds(30);
-  o.intra_op_threads = 1;
-  return o;
 }
 
 // A folder of this test process's own for the runs' curves, removed at the end.
