@@ -54,11 +54,11 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 //      before. A wait that timed out counts as one beyond the cap: it says
 //      nothing of when its future completes, and a loop of short timed
 //      waits (a poll) must not watch through each of them. A wait expected
-//      to outlast the cap would sleep anyway, and
-//      one long wait (a 64 MiB echo's 10 ms, whose copy takes both cores)
-//      must not make the next one watch for milliseconds: with the mean
-//      alone, castor-bench rpc's echo_64MiB_vs_memcpy_floor_x read 1.43-1.72
-//      against 1.29-1.37 (three runs each). Measured with castor-bench
+//      to outlast the cap would sleep anyway, and one long wait (a 64 MiB
+//      echo's 10 ms, whose copy takes both cores) must not make the next
+//      one watch for milliseconds: with the mean alone, castor-bench rpc's
+//      echo_64MiB_vs_memcpy_floor_x read 1.43-1.72 against 1.29-1.37 (three
+//      runs each). Measured with castor-bench
 //      train on a 2-core Intel VM, alternating pairs: a fixed 1 ms limit
 //      read 1.02-1.12x the samples/s of 100 µs (eight pairs, median 1.08),
 //      2.5 ms no better than 1 ms (four pairs, 0.96-1.00), and this limit

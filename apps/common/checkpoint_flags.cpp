@@ -28,8 +28,7 @@ CheckpointSettings checkpoint_settings(const Flags& flags, const std::string& ap
   // One name for every restart of the job (CASTOR_JOB_ID), absolute so that
   // every worker of this host reads the same folder whatever its own
   // working folder.
-  static const std::string own_name = curve_prefix("", app) + ".checkpoint";
-  s.own = std::filesystem::absolute(own_name).lexically_normal().string();
+  s.own = std::filesystem::absolute(curve_prefix("", app) + ".checkpoint").lexically_normal().string();
   s.every = flags.get<int64_t>("checkpoint-every");
   if (s.every < 1) throw std::invalid_argument("--checkpoint-every must be at least 1");
   return s;
@@ -45,8 +44,8 @@ void check_checkpoint_settings(const CheckpointInfo& saved, const std::string& s
                           ": give another --checkpoint-dir");
 }
 
-void remove_own_checkpoint_folder(const CheckpointSettings& settings, const std::string& used) {
-  if (!settings.given.empty() || used.empty() || used != settings.own) return;
+void remove_own_checkpoint_folder(const std::string& given, const std::string& used) {
+  if (!given.empty() || used.empty()) return;
   std::error_code ignored;
   std::filesystem::remove_all(used, ignored);
 }

@@ -33,8 +33,9 @@ CheckpointSettings checkpoint_settings(const Flags& flags, const std::string& ap
 void check_checkpoint_settings(const CheckpointInfo& saved, const std::string& settings, const std::string& app,
                                const std::string& folder, const std::string& unit);
 
-/// Removes `own` (the job's own folder) once training has ended well; a
-/// folder that was given stays, whatever its name.
-void remove_own_checkpoint_folder(const CheckpointSettings& settings, const std::string& used);
+/// Removes `used`, the folder a job checkpointed in, once training has
+/// ended well, if it was the job's own: none was `given`. A folder that was
+/// given stays, whatever its name.
+void remove_own_checkpoint_folder(const std::string& given, const std::string& used);
 
 }  // namespace castor::apps

@@ -272,7 +272,7 @@ int run(Worker& w, const Flags& args) {
   }
   if (rejoin) excuse_deaths_after_training(w);  // RF4
   parts.reset();
-  if (folder) remove_own_checkpoint_folder(checkpoints, *folder);  // RF1
+  if (folder) remove_own_checkpoint_folder(checkpoints.given, *folder);  // RF1
   for (const auto& p : points) log.add(p);
   const auto& pts = log.points();
   std::printf("loss: first step %.4f, last step %.4f (ln %lld = %.4f)\n", pts.front().loss, pts.back().loss,

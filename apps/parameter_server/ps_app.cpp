@@ -95,7 +95,7 @@ int run(Worker& w, const Flags& args) {
   TrainingLog log("castor parameter server on Fashion-MNIST (" + std::to_string(trainers) + " trainers, " +
                   (cfg.sync ? "sync" : "async") + ")");
   auto results = run_parameter_server(w, cfg, [&](const EpochResult& r) { log.add(to_point(r)); });
-  remove_own_checkpoint_folder(checkpoint_settings(args, "parameter-server"), cfg.checkpoint_dir);
+  remove_own_checkpoint_folder(checkpoint_settings(args, "parameter-server").given, cfg.checkpoint_dir);
   double accuracy = results.back().test.accuracy;
   if (args.get<bool>("compare")) {
     std::printf("single-process libtorch, same model, data and seed (batch %lld):\n",

@@ -63,7 +63,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -396,10 +395,7 @@ std::vector<CurvePoint> run_pipeline(Worker& w, const PipelineConfig& cfg,
   }
   if (cfg.rejoin) excuse_deaths_after_training(w);  // PF6
   trainee.reset();
-  if (cfg.checkpoint_dir.empty() && folder && !folder->empty()) {  // PF1: the driver's own goes with the job
-    std::error_code ignored;
-    std::filesystem::remove_all(*folder, ignored);
-  }
+  if (folder) remove_own_checkpoint_folder(cfg.checkpoint_dir, *folder);  // PF1: the driver's own goes with the job
   return points;
 }
 
