@@ -36,8 +36,8 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-// The trainer's shard: every trainers-th sample from rank-1 on, reshuffled
-// each epoch with a seed both runs agree on.
+}  // namespace
+
 at::Tensor shard_order(int64_t samples, int64_t rank, int64_t trainers, int64_t epoch, int64_t seed) {
   auto shard = at::arange(rank - 1, samples, trainers, at::kLong);
   auto gen = at::detail::createCPUGenerator(uint64_t(seed * 1000003 + epoch * 101 + rank));
@@ -55,8 +55,6 @@ int64_t steps_per_epoch(int64_t samples, int64_t trainers, int64_t batch) {
                                 std::to_string(trainers) + " trainer(s) with --batch-size " + std::to_string(batch));
   return steps;
 }
-
-}  // namespace
 
 ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, double momentum, int64_t seed,
                                  bool sync)

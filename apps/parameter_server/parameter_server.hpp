@@ -178,6 +178,17 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
 /// in async mode with `trainers` trainers when `asked` was asked for.
 double async_momentum(double asked, int64_t trainers);
 
+// What the server, the trainers and the references share (also used by
+// castor-bench's floor of a synchronous round):
+/// Trainer `rank`'s (1..trainers) sample order in `epoch`: every
+/// trainers-th sample from rank-1 on, shuffled with a seed of (seed, epoch,
+/// rank), so that every run of the same settings agrees.
+at::Tensor shard_order(int64_t samples, int64_t rank, int64_t trainers, int64_t epoch, int64_t seed);
+/// lr * lr_decay^(epoch-1).
+double epoch_learning_rate(const PsConfig& cfg, int64_t epoch);
+/// Rounds per epoch; throws naming the settings when there are too few samples.
+int64_t steps_per_epoch(int64_t samples, int64_t trainers, int64_t batch);
+
 /// The same model, data and seed trained in one process with libtorch's
 /// SGD on batches of `batch * trainers` (what a sync round averages), on
 /// `threads` intra-op threads, one epoch per call: castor-bench times an
