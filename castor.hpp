@@ -8,6 +8,7 @@
 #include "actors/api/errors.hpp"
 #include "actors/api/future.hpp"
 #include "actors/api/registry.hpp"
+#include "actors/api/shared_memory.hpp"
 #include "actors/api/worker.hpp"
 #include "actors/api/worker_options.hpp"
 #include "config/init_from_env.hpp"

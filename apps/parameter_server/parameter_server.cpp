@@ -24,6 +24,7 @@
 #include "apps/common/progress.hpp"
 #include "apps/common/owner_recovery.hpp"
 #include "apps/common/rejoin_wait.hpp"
+#include "actors/api/shared_memory.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
 #include "rref/mesh.hpp"
@@ -68,6 +69,8 @@ ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, do
     p.requires_grad_(true);
     pending_grads_.push_back(at::zeros_like(p));
   }
+  // Note [Shared parameters]: sync rounds hand trainers on this host a view.
+  if (sync_) share_memory(params_);
   optimizer_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(lr).momentum(momentum));
   if (!sync_) set_async_momentum();
 }
@@ -136,8 +139,8 @@ void ParameterServer::complete_round_if_full() {
   apply(double(pushed_.size()));  // a dead trainer's push before it died counts (Note [Trainer failure])
   pushed_.clear();
   round_ = Promise<Params>();
-  Params out;  // one copy for all trainers of the round
-  for (const auto& p : params_) out.push_back(p.detach().clone());
+  Params out;  // Note [Shared parameters]: the parameters themselves
+  for (const auto& p : params_) out.push_back(p.detach());
   round.set_value(std::move(out));
 }
 
@@ -264,6 +267,11 @@ class Trainer {
     auto order = shard_order(data.size(), rank_, setup_.trainers, epoch, setup_.seed);
     auto& server = setup_.server;
     auto params = trainable_copy(server.rpc_sync(&ParameterServer::parameters));
+    // Note [Shared parameters]: a same-host server reads the pushed gradients
+    // where they are; this trainer writes them again only after the round.
+    Params pushed;
+    for (const auto& p : params) pushed.push_back(at::empty_like(p));
+    share_memory(pushed);
     double loss_sum = 0;
     for (int64_t s = 0; s < steps; ++s) {
       auto idx = order.slice(0, s * setup_.batch, (s + 1) * setup_.batch);
@@ -272,10 +280,14 @@ class Trainer {
       loss.backward();
       double l = loss.item<double>();
       loss_sum += l;
-      Params grads;
-      for (auto& p : params) grads.push_back(p.grad());
-      auto fresh = server.rpc_sync(&ParameterServer::update, grads, l, rank_);
-      // The reply is this trainer's own copy: train on it as it came, no copy.
+      {
+        at::NoGradGuard no_grad;
+        for (size_t i = 0; i < params.size(); ++i) pushed[i].copy_(params[i].grad());
+      }
+      auto fresh = server.rpc_sync(&ParameterServer::update, pushed, l, rank_);
+      // The reply: on the server's host a view of its parameters (Note
+      // [Shared parameters]), elsewhere this trainer's own copy. Either way
+      // it is trained on as it came.
       params = std::move(fresh);
       for (auto& p : params) p.requires_grad_(true);
     }

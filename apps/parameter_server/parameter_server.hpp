@@ -28,6 +28,21 @@
 // the mutex lets the driver read progress and evaluate between epochs, and
 // take a dead trainer out of the round.
 //
+// Note [Shared parameters]
+// In sync mode the server's parameters and each trainer's pushed gradients
+// are shared tensors (castor::share_memory, Note [Shared tensors]): a
+// trainer on the server's host trains on a view of the server's parameters
+// and the server sums the gradients where the trainer wrote them, so a
+// round copies nothing between processes (castor-bench train: the copies
+// and the reply's clone were most of what a round cost above its floor).
+//   S1. No one writes what another reads: the server steps the parameters
+//       only once every trainer of the round has pushed, so none is
+//       computing on them; a trainer writes its gradients again only after
+//       the round's reply, by which time the server has summed them.
+//   S2. A trainer on another host gets copies, as before; so does every
+//       trainer in async mode, where the server steps while others compute
+//       (its replies are clones there).
+//
 // Note [Trainer failure]
 // --on-trainer-failure stop (the default): the server's call to a dead
 //       trainer fails, naming it, and so does the job.

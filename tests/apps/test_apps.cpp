@@ -211,7 +211,12 @@ TEST_CASE("parameter server, sync: a round completes without a trainer that left
   CHECK(server.trainer_left(3) == 2);
   REQUIRE(from1.is_done());
   REQUIRE(from2.is_done());
-  auto after = from1.wait();
+  // A round's reply is the server's parameters themselves (Note [Shared
+  // parameters]: a trainer on its host gets a view): what is kept across
+  // rounds is copied.
+  auto live = from1.wait();
+  Params after;
+  for (const auto& p : live) after.push_back(p.clone());
   for (size_t i = 0; i < after.size(); ++i) CHECK(at::allclose(after[i], before[i] - 0.5 * 2.0));  // mean of 1 and 3
   CHECK(contains(castor::test::error_of<std::invalid_argument>([&] { server.update(grads(1.0), 0.5, 3); }),
                  "trainer 3 is not one of this server's trainers"));
@@ -221,8 +226,10 @@ TEST_CASE("parameter server, sync: a round completes without a trainer that left
   CHECK_FALSE(next1.is_done());
   server.update(grads(1.0), 0.5, 2);
   CHECK(next1.is_done());
-  auto next = next1.wait();
+  Params next;
+  for (const auto& p : next1.wait()) next.push_back(p.clone());
   for (size_t i = 0; i < next.size(); ++i) CHECK(at::allclose(next[i], after[i] - 0.5 * 1.0));
+  CHECK(at::equal(live[0], next[0]));  // the last round's reply moved with the parameters
   // A trainer that leaves after pushing: its push counts, the round ends.
   auto last = server.update(grads(2.0), 0.5, 1);
   CHECK(server.trainer_left(2) == 1);

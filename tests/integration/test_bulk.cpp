@@ -31,6 +31,8 @@
 #include "actors/transport/bulk/bulk_path.hpp"
 #include "actors/transport/bulk/bulk_stream.hpp"
 #include "actors/transport/bulk/same_host.hpp"
+#include "actors/transport/bulk/shared_segments.hpp"
+#include "actors/api/shared_memory.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
 #include "actors/transport/tls_session.hpp"
@@ -266,6 +268,101 @@ TEST_CASE("between processes on one host, large tensors are copied from the peer
   CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
 }
 
+// Note [Shared tensors] in actors/transport/bulk/shared_segments.cpp.
+TEST_CASE("a shared tensor reaches a worker on its host as a view of the same memory, whatever its size, and other tensors as copies (SH1-SH5), plain and TLS") {
+  namespace bulk = castor::detail::bulk;
+  bool tls = false;
+  SUBCASE("plain") { tls = false; }
+  SUBCASE("TLS") { tls = true; }
+  CAPTURE(tls);
+  ChildPair pair(tls, "bulk-shared");
+  auto& w = *pair.w;
+  const auto segments_before = bulk::shared_segments_alive();
+  const auto sent_before = bulk_sent(w);
+  {
+    auto small = castor::share_memory(at::zeros({1000}));  // 4 KB: below bulk_threshold
+    auto large = at::zeros({300000});
+    auto view_before = large.slice(0, 0, 10);  // made before the move: it follows (SH1)
+    castor::share_memory(large);
+    auto plain = at::zeros({300000});
+    CHECK(castor::is_shared(small));
+    CHECK(castor::is_shared(large));
+    CHECK(castor::is_shared(view_before));
+    CHECK_FALSE(castor::is_shared(plain));
+    CHECK(bulk::shared_segments_alive() == segments_before + 2);
+
+    CHECK(w.rpc_sync<bool>("worker1", "arrived_shared", small));
+    CHECK(w.rpc_sync<bool>("worker1", "arrived_shared", large));
+    CHECK_FALSE(w.rpc_sync<bool>("worker1", "arrived_shared", plain));
+    // What the callee writes into a shared argument, the caller reads.
+    CHECK(w.rpc_sync<double>("worker1", "fill_in_place", large, 2.0) == 600000.0);
+    CHECK(large.sum().item<double>() == 600000.0);
+    CHECK(view_before.sum().item<double>() == 20.0);
+    CHECK(w.rpc_sync<double>("worker1", "fill_in_place", small, 3.0) == 3000.0);
+    CHECK(small.sum().item<double>() == 3000.0);
+    // A plain tensor stays a value.
+    CHECK(w.rpc_sync<double>("worker1", "fill_in_place", plain, 2.0) == 600000.0);
+    CHECK(plain.sum().item<double>() == 0.0);
+    // A contiguous slice is a view of its part of the segment; a transposed
+    // view is not contiguous, so it travels as a copy.
+    auto part = large.slice(0, 1000, 2000);
+    CHECK(w.rpc_sync<bool>("worker1", "arrived_shared", part));
+    CHECK(w.rpc_sync<double>("worker1", "fill_in_place", part, 5.0) == 5000.0);
+    CHECK(large.sum().item<double>() == 600000.0 + 3000.0);
+    auto grid = castor::share_memory(at::zeros({300, 400}));
+    auto transposed = grid.t();
+    CHECK_FALSE(w.rpc_sync<bool>("worker1", "arrived_shared", transposed));
+    CHECK(w.rpc_sync<double>("worker1", "fill_in_place", transposed, 1.0) == 120000.0);
+    CHECK(grid.sum().item<double>() == 0.0);
+
+    // The callee's own shared tensor comes back as a view of its memory...
+    auto theirs = w.rpc_sync<at::Tensor>("worker1", "share_kept", int64_t(200000));
+    CHECK(castor::is_shared(theirs));
+    CHECK(w.rpc_sync<bool>("worker1", "add_to_kept", 7.0));
+    CHECK(theirs.sum().item<double>() == 7.0 * 200000);
+    // ...and what this side writes, the callee reads.
+    theirs.fill_(1.0);
+    CHECK(w.rpc_sync<double>("worker1", "kept_sum") == 200000.0);
+    // A view the callee keeps of this side's tensor reads this side's writes.
+    CHECK(w.rpc_sync<bool>("worker1", "keep_tensor", small));
+    small.fill_(4.0);
+    CHECK(w.rpc_sync<double>("worker1", "kept_sum") == 4000.0);
+
+    // User code that throws: the error arrives whole, naming the function,
+    // and what it wrote before is in this side's tensor (SH6: no rollback).
+    auto e = error_of<RemoteError>([&] { w.rpc_sync<bool>("worker1", "fill_then_throw", large, 9.0); });
+    CHECK(contains(e, "fill_then_throw: filled 300000 elements, then failed"));
+    CHECK(contains(e, "worker1"));
+    CHECK(large.sum().item<double>() == 9.0 * 300000);
+    // The same-host link carried the 12 calls with tensors (B7, SH3), the
+    // small shared one too (SH2): none fell back to CAF.
+    CHECK(eventually([&] { return bulk_sent(w) == sent_before + 12; }));
+  }
+  // The program ends while the callee still keeps a view of this side's
+  // tensor: both sides end cleanly, and this side's segments go with its
+  // tensors (the ones mapped from worker1 stay mapped for the next message
+  // until the process ends: SH4).
+  w.shutdown();
+  CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
+  CHECK(bulk::shared_segments_alive() <= segments_before + 1);  // worker1's kept segment
+}
+
+TEST_CASE("a view of a shared tensor outlives its owner: the owner SIGKILLed, the bytes stay readable and a call names the dead worker (SH1)") {
+  ChildPair pair(false, "bulk-shared-kill");
+  auto& w = *pair.w;
+  auto theirs = w.rpc_sync<at::Tensor>("worker1", "share_kept", int64_t(100000));
+  REQUIRE(castor::is_shared(theirs));
+  CHECK(w.rpc_sync<bool>("worker1", "add_to_kept", 3.0));
+  pair.child->kill();
+  CHECK(pair.child->wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+  CHECK(theirs.sum().item<double>() == 300000.0);
+  theirs.add_(1.0);  // still writable: the memory is this process's too now
+  CHECK(theirs.sum().item<double>() == 400000.0);
+  auto e = error_of<UnreachableError>([&] { w.rpc_sync<double>("worker1", "kept_sum"); });
+  CHECK(contains(e, "worker worker1 is unreachable"));
+  w.shutdown(false);
+}
+
 TEST_CASE("a same-host frame's head leaves from the sending thread and the writer reads the answer, values whole and in order (B14), plain and TLS") {
   bool tls = false;
   SUBCASE("plain") { tls = false; }
@@ -357,10 +454,25 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
   CHECK(stats.heads_by_sender.load() == heads + 1);
   CHECK(w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 1);
 
+  // A frame of views (SH4 of Note [Shared tensors]) revoked the same way:
+  // its bytes come after all, into worker1's own memory, not its view.
+  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 3; }));
+  auto shared = castor::share_memory(at::full({int64_t(1) << 20}, 5.f));
+  REQUIRE(pair.child->freeze());
+  heads = stats.heads_by_sender.load();
+  auto view_echo = w.rpc_async<bool>("worker1", "arrived_shared", shared);
+  REQUIRE(stats.heads_by_sender.load() == heads + 1);  // the head left before the revocation
+  bulk::revoke_copies();
+  ::kill(child, SIGCONT);
+  CHECK_FALSE(view_echo.wait(milliseconds(30000)));
+  CHECK(w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 2);
+  CHECK(w.rpc_sync<bool>("worker1", "arrived_shared", shared));  // the next one is a view again
+  CHECK(w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 2);
+
   // The link breaks while worker1 has not copied yet: the call fails, the
   // caller writes into its tensor, and worker1, copying after that, must
   // not run the call on what it finds.
-  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 3; }));
+  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 5; }));
   REQUIRE(pair.child->freeze());
   const auto revocations = bulk::revocations_so_far();
   heads = stats.heads_by_sender.load();
@@ -373,7 +485,7 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
   CHECK(bulk::revocations_so_far() == revocations + 1);  // before the caller heard of it
   ones.fill_(7.f);  // the call failed: the tensor is the caller's again
   ::kill(child, SIGCONT);
-  CHECK(eventually([&] { return w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 2; }, milliseconds(10000)));
+  CHECK(eventually([&] { return w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 3; }, milliseconds(10000)));
   CHECK(w.rpc_sync<int64_t>("worker1", "remembered_sum") == 0);
   // worker1 serves on (through CAF: the broken link is not used again).
   CHECK(w.rpc_sync<bool>("worker1", "remember_sum", ones));

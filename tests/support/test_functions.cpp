@@ -15,6 +15,7 @@
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
 
+#include "actors/api/shared_memory.hpp"
 #include "actors/api/worker.hpp"
 #include "actors/runtime/testing.hpp"
 #include "support/arrival_log.hpp"
@@ -71,6 +72,38 @@ CASTOR_FUNCTION(my_add, [](at::Tensor a, at::Tensor b) { return a + b; });
 CASTOR_FUNCTION(add_ints, [](int64_t a, int64_t b) { return a + b; });
 CASTOR_FUNCTION(concat, [](std::string a, const std::string& b) { return a + b; });
 CASTOR_FUNCTION(identity, [](at::Tensor t) { return t; });
+
+// Note [Shared tensors]: what a shared argument is on arrival, and a shared
+// tensor of the callee's own, kept between calls.
+namespace {
+at::Tensor& kept_tensor() {
+  static at::Tensor t;
+  return t;
+}
+}  // namespace
+CASTOR_FUNCTION(arrived_shared, [](at::Tensor t) { return castor::is_shared(t); });
+CASTOR_FUNCTION(fill_in_place, [](at::Tensor t, double v) {
+  t.fill_(v);
+  return t.sum().item<double>();
+});
+CASTOR_FUNCTION(fill_then_throw, [](at::Tensor t, double v) -> bool {
+  t.fill_(v);
+  throw std::runtime_error("fill_then_throw: filled " + std::to_string(t.numel()) + " elements, then failed");
+});
+CASTOR_FUNCTION(share_kept, [](int64_t n) {
+  kept_tensor() = at::zeros({n});
+  castor::share_memory(kept_tensor());
+  return kept_tensor();
+});
+CASTOR_FUNCTION(keep_tensor, [](at::Tensor t) {
+  kept_tensor() = t;
+  return castor::is_shared(t);
+});
+CASTOR_FUNCTION(add_to_kept, [](double v) {
+  kept_tensor().add_(v);
+  return true;
+});
+CASTOR_FUNCTION(kept_sum, [] { return kept_tensor().sum().item<double>(); });
 CASTOR_FUNCTION(whoami, [] { return current_worker().name(); });
 CASTOR_FUNCTION(pid_of, [] { return int64_t(::getpid()); });  // which process serves a name (test_rejoin)
 CASTOR_FUNCTION(fail, [](std::string message) -> int64_t { throw std::runtime_error(message); });

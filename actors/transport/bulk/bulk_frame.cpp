@@ -2,6 +2,7 @@
 // writer sends before the tensors' bytes (B1 of Note [Bulk path]).
 #include "actors/transport/bulk/bulk_frame.hpp"
 
+#include "actors/transport/bulk/shared_segments.hpp"
 #include "messages/autograd_proto.hpp"
 #include "messages/call.hpp"
 #include "messages/tensor_wire.hpp"
@@ -28,7 +29,7 @@ bool has_large(const Value& v, size_t threshold) {
       if (has_large(x, threshold)) return true;
     return false;
   }
-  return v.is_tensor() && wire::wire_bytes(v.to_tensor()) >= threshold;
+  return v.is_tensor() && (wire::wire_bytes(v.to_tensor()) >= threshold || in_shared_segment(v.to_tensor()));
 }
 
 // Depth-first, the order of B1 on both sides.
@@ -37,8 +38,9 @@ void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vect
     for (auto& x : v.to_list()) extract(x, threshold, ids, out);
     return;
   }
-  if (!v.is_tensor() || wire::wire_bytes(v.to_tensor()) < threshold) return;
+  if (!v.is_tensor()) return;
   const auto& t = v.to_tensor();
+  if (wire::wire_bytes(t) < threshold && !in_shared_segment(t)) return;
   ExternalTensor ext;
   ext.transfer = ids.next();
   ext.dtype = int8_t(*wire::to_wire_dtype(t.scalar_type()));
@@ -83,7 +85,13 @@ Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tenso
 void add_addresses(Frame& out) {
   out.lease.take();  // before any of the head can leave
   out.head[1] = char(kAddresses);
-  for (auto& t : out.tensors) put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+  for (auto& t : out.tensors) {
+    put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
+    auto ref = shared_ref_of(t);  // SH3
+    put(out.head, ref.fd);
+    put(out.head, ref.id);
+    put(out.head, ref.offset);
+  }
   put(out.head, revocation_word_address());
   put(out.head, revocations_so_far());
 }

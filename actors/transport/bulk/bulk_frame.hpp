@@ -35,6 +35,9 @@ inline constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHo
 // B15: the copy may hold freed memory (its sender revoked copies meanwhile):
 // the bytes of this frame follow, and the link stays same-host.
 inline constexpr char kCopyRevoked = 'B';
+// B7 and SH3 of Note [Shared tensors]: per tensor of a same-host head, its
+// address, then its segment's descriptor, id and offset (descriptor -1: none).
+inline constexpr size_t kAddressRecordBytes = 32;
 // B15: after a head's addresses, the sender's revocation word (its address
 // and the value the head was made with).
 inline constexpr size_t kRevocationBytes = 16;
@@ -70,11 +73,13 @@ std::vector<Value*> values_in(Message&) {
   return {};
 }
 
-/// Whether `v` holds a tensor of at least `threshold` bytes.
+/// Whether `v` holds a tensor of at least `threshold` bytes, or a shared one
+/// (SH2 of Note [Shared tensors]).
 bool has_large(const Value& v, size_t threshold);
 
-/// Replaces every tensor of at least `threshold` bytes in `v` by an
-/// ExternalTensor placeholder and appends it to `out` (depth-first: B1).
+/// Replaces every tensor of at least `threshold` bytes in `v`, and every
+/// shared one (SH2), by an ExternalTensor placeholder and appends it to
+/// `out` (depth-first: B1).
 void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vector<at::Tensor>& out);
 
 /// The placeholders in `v`, in the order extract() made them.
@@ -135,7 +140,7 @@ struct Frame {
 };
 
 /// B7: the head says addresses follow, and ends with the tensors' addresses
-/// and (B15) the revocation word; the frame takes its lease.
+/// and segments (SH3) and (B15) the revocation word; the frame takes its lease.
 void add_addresses(Frame& out);
 
 Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);

@@ -326,7 +326,8 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     // thread when the link is idle; the writer reads the answer.
     if (!behind && !frame->tensors.empty() && link->same_host &&
         net::has_send_room(link->stream.fd(),
-                           frame->head.size() + 8 * frame->tensors.size() + kRevocationBytes + kSendRoomMargin) &&
+                           frame->head.size() + kAddressRecordBytes * frame->tensors.size() + kRevocationBytes +
+                                                     kSendRoomMargin) &&
         start_writer(*link)) {
       head_first = true;
     } else if (behind || !frame->tensors.empty() ||

@@ -32,6 +32,7 @@
 #include "actors/transport/bulk/bulk_frame.hpp"
 #include "actors/transport/bulk/receive_blocks.hpp"
 #include "actors/transport/bulk/same_host.hpp"
+#include "actors/transport/bulk/shared_segments.hpp"
 #include "actors/transport/door.hpp"
 #include "actors/transport/sockets.hpp"
 #include "messages/autograd_proto.hpp"
@@ -135,6 +136,7 @@ struct Incoming {
   int32_t pid = 0;
   uint32_t version = 0, life = 0;
   bool same_host = false;
+  bool warned_shared = false;  // SH4: a segment could not be mapped (said once per link)
   worker_peer sender;  // the peer's worker actor, once greeted
   bool greeted = false;
   // Read ahead (B9): bytes [begin, end) of buf came in and are not parsed yet.
@@ -513,7 +515,7 @@ bool Receiver::read_head(Incoming& in) {
       (mode == kAddresses && !in.same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
     return drop(in, "malformed frame header");
   const size_t addresses = mode == kAddresses ? count : 0;
-  const size_t tail = mode == kAddresses ? 8 * addresses + kRevocationBytes : 0;
+  const size_t tail = mode == kAddresses ? kAddressRecordBytes * addresses + kRevocationBytes : 0;
   if (!in.fill(kHeadBytes + 8 * size_t(count) + env_len + tail)) return false;
   in.begin += kHeadBytes;
   in.lengths.resize(count);
@@ -531,14 +533,22 @@ bool Receiver::read_head(Incoming& in) {
       in.message);
   if (err || in.slots.size() != count) return drop(in, "malformed envelope");
   std::vector<uint64_t> from_addresses(addresses);
-  if (addresses) std::memcpy(from_addresses.data(), in.buf.get() + in.begin, 8 * addresses);
+  std::vector<SharedRef> segments(addresses);  // SH3 of Note [Shared tensors]
+  for (size_t i = 0; i < addresses; ++i) {
+    const char* record = in.buf.get() + in.begin + kAddressRecordBytes * i;
+    from_addresses[i] = peek<uint64_t>(record);
+    segments[i].fd = peek<int64_t>(record + 8);
+    segments[i].id = peek<uint64_t>(record + 16);
+    segments[i].offset = peek<uint64_t>(record + 24);
+  }
   uint64_t word_address = 0, word_seen = 0;  // B15
   if (mode == kAddresses) {
-    word_address = peek<uint64_t>(in.buf.get() + in.begin + 8 * addresses);
-    word_seen = peek<uint64_t>(in.buf.get() + in.begin + 8 * addresses + 8);
+    word_address = peek<uint64_t>(in.buf.get() + in.begin + kAddressRecordBytes * addresses);
+    word_seen = peek<uint64_t>(in.buf.get() + in.begin + kAddressRecordBytes * addresses + 8);
   }
   in.begin += tail;
   in.received.resize(count);
+  std::vector<char> mapped(count, 0);
   for (size_t i = 0; i < count; ++i) {
     auto ext = in.slots[i]->to_external();
     auto dtype = wire::from_wire_dtype(ext.dtype);
@@ -553,6 +563,15 @@ bool Receiver::read_head(Incoming& in) {
     }
     if (overflow || expected != in.lengths[i]) return drop(in, "tensor length does not match its shape");
     if (expected > kMaxTensorBytes) return drop(in, "a tensor of " + std::to_string(expected) + " bytes");
+    if (i < addresses && segments[i].fd >= 0) {  // SH4: a view of the sender's segment
+      std::string why;
+      in.received[i] = map_shared(in.pid, segments[i], ext.sizes, *dtype, expected, why);
+      if ((mapped[i] = in.received[i].defined())) continue;
+      if (!in.warned_shared)
+        std::fprintf(stderr, "castor[%s]: cannot map a shared tensor of %s (%s); it comes as a copy\n",
+                     rt_.name().c_str(), in.from_name.c_str(), why.c_str());
+      in.warned_shared = true;
+    }
     try {
       in.received[i] = ReceiveBlocks::instance().empty(ext.sizes, *dtype, size_t(expected));
     } catch (const std::exception& e) {
@@ -562,15 +581,19 @@ bool Receiver::read_head(Incoming& in) {
   // B7: copy out of the sender's memory; if the kernel refuses, ask for the bytes.
   bool copied = addresses > 0;
   for (size_t i = 0; copied && i < count; ++i)
-    copied = copy_from_process(in.pid, from_addresses[i], in.received[i].data_ptr(), in.lengths[i]);
+    if (!mapped[i]) copied = copy_from_process(in.pid, from_addresses[i], in.received[i].data_ptr(), in.lengths[i]);
   int why = errno;
   // B15: a copy that its sender revoked meanwhile may hold freed memory:
-  // the bytes come on the socket instead (or never, from a sender that gave up).
+  // the bytes come on the socket instead (or never, from a sender that gave
+  // up). A frame of views (SH4) is checked too: its sender gave it up, so
+  // it must not be delivered.
   bool revoked = copied && !copy_still_valid(in.pid, word_address, word_seen);
   if (revoked) {
     copied = false;
     rt_.stats.copies_revoked.fetch_add(1, std::memory_order_relaxed);
   }
+  for (size_t i = 0; !copied && i < count; ++i)  // bytes follow: into this side's memory, not a view
+    if (mapped[i]) in.received[i] = at::empty_like(in.received[i]);
   if (addresses > 0) {
     if (!in.answer(copied ? kCopied : revoked ? kCopyRevoked : kSendBytes)) return drop(in, "closed while copying");
     if (!copied && !revoked) {
