@@ -86,6 +86,9 @@ class Registry {
   void add(const std::shared_ptr<Segment>& s);
   void remove(const Segment& s);
   std::shared_ptr<Segment> containing(const void* p, size_t n);
+  /// Whether any segment lives: a process that shares nothing pays one
+  /// load per tensor it sends, not a lock (SH2 asks of every small tensor).
+  bool any() const { return live_.load(std::memory_order_acquire) > 0; }
   std::shared_ptr<Segment> by_id(uint64_t id);
   /// SH4: keeps a mapped segment, the last used first.
   void keep(const std::shared_ptr<Segment>& s);
@@ -98,6 +101,7 @@ class Registry {
   static constexpr size_t kKeptSegments = 64;
   static constexpr size_t kKeptBytes = size_t(1) << 30;
   std::mutex mtx_;
+  std::atomic<size_t> live_{0};  // by_base_'s size
   std::list<std::shared_ptr<Segment>> kept_;  // SH4, the last used first
   size_t kept_bytes_ = 0;
   std::map<uintptr_t, std::weak_ptr<Segment>> by_base_;
@@ -121,6 +125,7 @@ void Registry::add(const std::shared_ptr<Segment>& s) {
   std::lock_guard<std::mutex> lock(mtx_);
   by_base_[uintptr_t(s->base)] = s;
   by_id_[s->id] = s;
+  live_.store(by_base_.size(), std::memory_order_release);
 }
 
 void Registry::remove(const Segment& s) {
@@ -129,6 +134,7 @@ void Registry::remove(const Segment& s) {
   if (b != by_base_.end() && b->second.expired()) by_base_.erase(b);
   auto i = by_id_.find(s.id);
   if (i != by_id_.end() && i->second.expired()) by_id_.erase(i);
+  live_.store(by_base_.size(), std::memory_order_release);
 }
 
 std::shared_ptr<Segment> Registry::containing(const void* p, size_t n) {
@@ -210,13 +216,14 @@ void move_to_shared_segment(const at::Tensor& t) {
 }
 
 bool in_shared_segment(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.storage().nbytes() > 0 &&
+  return Registry::instance().any() && t.defined() && t.device().is_cpu() && t.storage().nbytes() > 0 &&
          Registry::instance().containing(t.storage().data(), t.storage().nbytes()) != nullptr;
 }
 
 SharedRef shared_ref_of(const at::Tensor& t) {
   SharedRef ref;
-  if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.numel() == 0) return ref;
+  if (!Registry::instance().any() || !t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.numel() == 0)
+    return ref;
   auto s = Registry::instance().containing(t.data_ptr(), t.numel() * t.element_size());
   if (!s) return ref;
   ref.fd = s->fd;
