@@ -16,7 +16,9 @@ namespace castor {
 /// writes, the other reads (castor orders nothing but the messages
 /// themselves). Anywhere else (another host, the worker itself, a message
 /// that falls back to CAF) it arrives as a copy, as any tensor does.
-/// Returns `t`. Throws std::invalid_argument for a tensor not on the CPU.
+/// A shared tensor cannot grow (a resize_ that needs more bytes throws).
+/// Returns `t`. Throws std::invalid_argument for a tensor not on the CPU or
+/// without a storage (sparse).
 const at::Tensor& share_memory(const at::Tensor& t);
 
 /// The same for each tensor (a model's parameters).

@@ -53,7 +53,7 @@ TEST_CASE("share_memory moves a storage in place: values, views and an optimizer
 }
 
 TEST_CASE("share_memory refuses what cannot be shared, and leaves an empty tensor alone") {
-  CHECK_THROWS_WITH_AS(castor::share_memory(at::Tensor()), "share_memory: only CPU tensors can be shared",
+  CHECK_THROWS_WITH_AS(castor::share_memory(at::Tensor()), "share_memory: only CPU tensors with a storage can be shared",
                        std::invalid_argument);
   auto empty = at::zeros({0});
   castor::share_memory(empty);
@@ -62,6 +62,14 @@ TEST_CASE("share_memory refuses what cannot be shared, and leaves an empty tenso
   castor::share_memory(params);
   CHECK(castor::is_shared(params[0]));
   CHECK(castor::is_shared(params[1]));
+  // It cannot grow out of its segment; within it, a resize is fine.
+  CHECK_THROWS(params[0].resize_({1000}));
+  params[1].resize_({3});
+  CHECK(castor::is_shared(params[1]));
+  // A sparse tensor has no storage to share, and asking costs nothing.
+  auto sparse = at::eye(3).to_sparse();
+  CHECK_THROWS_AS(castor::share_memory(sparse), std::invalid_argument);
+  CHECK_FALSE(castor::is_shared(sparse));
 }
 
 TEST_CASE("map_shared maps a segment by its descriptor and refuses one that is not castor's, or a tensor past its end (SH4)") {

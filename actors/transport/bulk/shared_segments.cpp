@@ -9,7 +9,9 @@
 // host as a view of the same bytes.
 //  SH1. share_memory moves the storage's bytes into a segment of its own, in
 //       place (the storage's data pointer changes, so every view, an
-//       optimizer's parameters included, follows). A segment is a memfd
+//       optimizer's parameters included, follows). The storage cannot grow
+//       any more (a resize that needs more bytes throws, as it does for
+//       PyTorch's shared tensors): grown, it would leave the segment. A segment is a memfd
 //       named castor-shared-<id>, mapped read-write and shared, with a
 //       64-bit id unique to its process life; nothing is left behind by a
 //       crash (the memory goes with the last mapping or descriptor).
@@ -203,7 +205,8 @@ void release_segment(void* holder) { delete static_cast<std::shared_ptr<Segment>
 }  // namespace
 
 void move_to_shared_segment(const at::Tensor& t) {
-  if (!t.defined() || !t.device().is_cpu()) throw std::invalid_argument("share_memory: only CPU tensors can be shared");
+  if (!t.defined() || !t.device().is_cpu() || !t.has_storage())
+    throw std::invalid_argument("share_memory: only CPU tensors with a storage can be shared");
   if (in_shared_segment(t)) return;
   auto* storage = t.storage().unsafeGetStorageImpl();
   size_t bytes = storage->nbytes();
@@ -213,16 +216,19 @@ void move_to_shared_segment(const at::Tensor& t) {
   void* base = segment->base;
   auto* holder = new std::shared_ptr<Segment>(std::move(segment));
   storage->set_data_ptr_noswap(c10::DataPtr(base, holder, &release_segment, c10::Device(c10::kCPU)));
+  storage->set_resizable(false);  // grown, it would leave the segment and stop being shared
 }
 
 bool in_shared_segment(const at::Tensor& t) {
-  return Registry::instance().any() && t.defined() && t.device().is_cpu() && t.storage().nbytes() > 0 &&
+  return Registry::instance().any() && t.defined() && t.device().is_cpu() && t.has_storage() &&
+         t.storage().nbytes() > 0 &&
          Registry::instance().containing(t.storage().data(), t.storage().nbytes()) != nullptr;
 }
 
 SharedRef shared_ref_of(const at::Tensor& t) {
   SharedRef ref;
-  if (!Registry::instance().any() || !t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.numel() == 0)
+  if (!Registry::instance().any() || !t.defined() || !t.device().is_cpu() || !t.has_storage() ||
+      !t.is_contiguous() || t.numel() == 0)
     return ref;
   auto s = Registry::instance().containing(t.data_ptr(), t.numel() * t.element_size());
   if (!s) return ref;
