@@ -94,5 +94,10 @@ TEST_CASE("map_shared maps a segment by its descriptor and refuses one that is n
   CHECK_FALSE(bulk::map_shared(::getpid(), stranger, {10}, at::kFloat, 40, why).defined());
   CHECK(why == "descriptor " + std::to_string(other) + " of pid " + std::to_string(::getpid()) +
                    " is not its shared segment");
+  // A descriptor that is not open.
   ::close(other);
+  why.clear();
+  CHECK_FALSE(bulk::map_shared(::getpid(), stranger, {10}, at::kFloat, 40, why).defined());
+  CHECK(why == "cannot read descriptor " + std::to_string(other) + " of pid " + std::to_string(::getpid()) +
+                   ": No such file or directory");
 }

@@ -330,6 +330,8 @@ void Receiver::run() {
   std::vector<std::unique_ptr<char[]>> spares;
   epoll_event events[64];
   auto close_link = [&](int fd) {
+    auto it = links.find(fd);
+    if (it != links.end() && it->second->pid > 0) forget_kept_segments_of(it->second->pid);  // SH4
     ::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     ::shutdown(fd, SHUT_RDWR);
     ::close(fd);
@@ -406,7 +408,10 @@ void Receiver::run() {
     }
     caf::logger::set_current_actor_system(nullptr);
   }
-  for (auto& l : links) ::shutdown(l.first, SHUT_RDWR), ::close(l.first);
+  for (auto& l : links) {
+    if (l.second->pid > 0) forget_kept_segments_of(l.second->pid);  // SH4: this worker reads no more
+    ::shutdown(l.first, SHUT_RDWR), ::close(l.first);
+  }
   std::lock_guard<std::mutex> lock(mtx_);
   for (auto& in : added_) ::close(in->fd);
   added_.clear();

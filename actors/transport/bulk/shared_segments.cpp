@@ -35,7 +35,7 @@
 //       last, up to 1 GiB): a server that sums the gradients its trainers
 //       push each round would otherwise open, map and fault in their
 //       segments every round. Kept, a segment its sender freed holds its
-//       memory until it is pushed out.
+//       memory until it is pushed out, or its sender's link ends.
 //  SH5. Elsewhere the value is a copy, as before: to another host (B1's
 //       bytes), over CAF when the link is not open (B4), to the worker
 //       itself (Note [Values]). Code that needs the view checks
@@ -94,6 +94,7 @@ class Registry {
   std::shared_ptr<Segment> by_id(uint64_t id);
   /// SH4: keeps a mapped segment, the last used first.
   void keep(const std::shared_ptr<Segment>& s);
+  void forget_kept_of(int pid);
   size_t alive() {
     std::lock_guard<std::mutex> lock(mtx_);
     return by_base_.size();
@@ -116,6 +117,7 @@ struct Segment {
   int fd = -1;
   uint64_t id = 0;
   bool mapped = false;  // from a peer (SH4), not made here
+  int from_pid = 0;     // the peer it was mapped from
   ~Segment() {
     Registry::instance().remove(*this);
     if (base) ::munmap(base, bytes);
@@ -164,6 +166,21 @@ void Registry::keep(const std::shared_ptr<Segment>& s) {
     while (kept_.size() > 1 && (kept_.size() > kKeptSegments || kept_bytes_ > kKeptBytes)) {
       kept_bytes_ -= kept_.back()->bytes;
       out.splice(out.begin(), kept_, std::prev(kept_.end()));
+    }
+  }
+}
+
+void Registry::forget_kept_of(int pid) {
+  std::list<std::shared_ptr<Segment>> out;  // freed after the lock, as in keep()
+  {
+    std::lock_guard<std::mutex> lock(mtx_);
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      auto next = std::next(it);
+      if ((*it)->from_pid == pid) {
+        kept_bytes_ -= (*it)->bytes;
+        out.splice(out.begin(), kept_, it);
+      }
+      it = next;
     }
   }
 }
@@ -246,8 +263,13 @@ at::Tensor map_shared(int pid, const SharedRef& ref, const std::vector<int64_t>&
     std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(ref.fd);
     char link[128] = {0};
     auto n = ::readlink(path.c_str(), link, sizeof link - 1);
+    if (n <= 0) {  // gone, or no right to look (the same rights as B7's copy)
+      why = "cannot read descriptor " + std::to_string(ref.fd) + " of pid " + std::to_string(pid) + ": " +
+            std::strerror(errno);
+      return {};
+    }
     std::string expected = "/memfd:" + name_of(ref.id) + " (deleted)";
-    if (n <= 0 || std::string(link, size_t(n)) != expected) {
+    if (std::string(link, size_t(n)) != expected) {
       why = "descriptor " + std::to_string(ref.fd) + " of pid " + std::to_string(pid) + " is not its shared segment";
       return {};
     }
@@ -274,6 +296,7 @@ at::Tensor map_shared(int pid, const SharedRef& ref, const std::vector<int64_t>&
     s->fd = fd;
     s->id = ref.id;
     s->mapped = true;
+    s->from_pid = pid;
     Registry::instance().add(s);
     segment = std::move(s);
   }
@@ -288,6 +311,8 @@ at::Tensor map_shared(int pid, const SharedRef& ref, const std::vector<int64_t>&
       segment->base + ref.offset, sizes, [segment](void*) mutable { segment.reset(); },
       at::TensorOptions().dtype(dtype));
 }
+
+void forget_kept_segments_of(int pid) { Registry::instance().forget_kept_of(pid); }
 
 size_t shared_segments_alive() { return Registry::instance().alive(); }
 

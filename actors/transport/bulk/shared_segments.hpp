@@ -38,6 +38,11 @@ SharedRef shared_ref_of(const at::Tensor& t);
 at::Tensor map_shared(int pid, const SharedRef& ref, const std::vector<int64_t>& sizes, at::ScalarType dtype,
                       uint64_t bytes, std::string& why);
 
+/// SH4: stops keeping the segments mapped from process `pid` (its link
+/// ended: a dead peer's memory is not held for its next message); views
+/// that live keep theirs.
+void forget_kept_segments_of(int pid);
+
 /// Segments of this process (made or mapped) that some tensor still holds.
 size_t shared_segments_alive();
 
