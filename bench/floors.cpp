@@ -13,6 +13,7 @@
 
 #include <openssl/evp.h>
 
+#include <cerrno>
 #include <chrono>
 #include <algorithm>
 #include <cstring>
@@ -25,11 +26,10 @@
 
 namespace castor::bench {
 
-namespace {
-
 bool send_all(int fd, const char* p, size_t n) {
   while (n > 0) {
     auto w = ::send(fd, p, n, MSG_NOSIGNAL);
+    if (w < 0 && errno == EINTR) continue;
     if (w <= 0) return false;
     p += w, n -= size_t(w);
   }
@@ -39,11 +39,14 @@ bool send_all(int fd, const char* p, size_t n) {
 bool recv_all(int fd, char* p, size_t n) {
   while (n > 0) {
     auto r = ::recv(fd, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
     p += r, n -= size_t(r);
   }
   return true;
 }
+
+namespace {
 
 // The calling thread's cores: all of `mask`, or the one core `cpu`.
 void set_cores(const cpu_set_t& mask) { ::sched_setaffinity(0, sizeof mask, &mask); }

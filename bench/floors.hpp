@@ -13,6 +13,11 @@
 
 namespace castor::bench {
 
+/// Exactly `n` bytes to or from a blocking socket; false once the peer went
+/// away (no SIGPIPE).
+bool send_all(int fd, const char* p, size_t n);
+bool recv_all(int fd, char* p, size_t n);
+
 /// A plain TCP echo on loopback between this process and a forked child:
 /// `bytes` go there and back per round trip. Make it before any worker
 /// starts: the child only makes system calls, but a fork should not copy a

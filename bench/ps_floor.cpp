@@ -19,6 +19,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "apps/common/blas_threads.hpp"
+#include "floors.hpp"
 
 namespace castor::bench {
 
@@ -28,20 +29,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-bool send_word(int fd, int64_t v) { return ::send(fd, &v, sizeof v, MSG_NOSIGNAL) == ssize_t(sizeof v); }
+bool send_word(int fd, int64_t v) { return send_all(fd, reinterpret_cast<const char*>(&v), sizeof v); }
 
 // Sleeps in recv. Watching the socket first (non-blocking reads for 2 ms,
 // as castor's waits watch) read 32 k samples/s against 181-193 k in two
 // pairs: on two cores, three processes that watch take the core from the
 // one that computes.
-bool recv_word(int fd, int64_t& v) {
-  for (;;) {
-    auto r = ::recv(fd, &v, sizeof v, MSG_WAITALL);
-    if (r == ssize_t(sizeof v)) return true;
-    if (r < 0 && errno == EINTR) continue;
-    return false;  // the end, an error, or a partial word
-  }
-}
+bool recv_word(int fd, int64_t& v) { return recv_all(fd, reinterpret_cast<char*>(&v), sizeof v); }
 
 // Tensors shaped as `like`, laid one after another from `at`.
 ps::Params views_at(float* at, const ps::Params& like) {

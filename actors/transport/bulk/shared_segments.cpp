@@ -11,10 +11,11 @@
 //       place (the storage's data pointer changes, so every view, an
 //       optimizer's parameters included, follows). The storage cannot grow
 //       any more (a resize that needs more bytes throws, as it does for
-//       PyTorch's shared tensors): grown, it would leave the segment. A segment is a memfd
-//       named castor-shared-<id>, mapped read-write and shared, with a
-//       64-bit id unique to its process life; nothing is left behind by a
-//       crash (the memory goes with the last mapping or descriptor).
+//       PyTorch's shared tensors): grown, it would leave the segment. A
+//       segment is a memfd named castor-shared-<id>, mapped read-write and
+//       shared, with a 64-bit id unique to its process life; nothing is
+//       left behind by a crash (the memory goes with the last mapping or
+//       descriptor).
 //  SH2. A contiguous tensor whose bytes lie in a live segment (made here,
 //       or mapped from a peer: SH4) travels on the bulk link whatever its
 //       size (bulk_frame.cpp's extract), so that it never goes as a copy
@@ -95,10 +96,7 @@ class Registry {
   /// SH4: keeps a mapped segment, the last used first.
   void keep(const std::shared_ptr<Segment>& s);
   void forget_kept_of(int pid);
-  size_t alive() {
-    std::lock_guard<std::mutex> lock(mtx_);
-    return by_base_.size();
-  }
+  size_t alive() const { return live_.load(std::memory_order_acquire); }
 
  private:
   static constexpr size_t kKeptSegments = 64;
