@@ -1,7 +1,8 @@
 // SyncRoundFloor (ps_floor.hpp): the parameter-server job with no framework.
-// The server's arithmetic is the app's (the round's sum, divided by the
-// trainers, then SGD without momentum: castor-bench train's settings); the
-// trainers' is the app's too (mlp_loss, backward, on the rows of their shard).
+// The server's arithmetic is the app's (the round's mean in one pass, S3 of
+// Note [Shared parameters], then SGD without momentum: castor-bench train's
+// settings); the trainers' is the app's too (mlp_loss, backward, on the rows
+// of their shard, the next rows picked while the push is out: S4).
 #include "ps_floor.hpp"
 
 #include <sys/mman.h>
@@ -76,9 +77,8 @@ namespace {
       for (int fd : to_trainer) ok = ok && recv_word(fd, word);
       if (!ok) break;
       for (size_t i = 0; i < params.size(); ++i) {
-        at::add_out(sum[i], grads[0][i], grads[1][i]);
-        for (int64_t t = 2; t < trainers; ++t) sum[i].add_(grads[size_t(t)][i]);
-        sum[i].div_(double(trainers));
+        at::lerp_out(sum[i], grads[0][i], grads[1][i], 0.5);
+        for (int64_t t = 2; t < trainers; ++t) sum[i].lerp_(grads[size_t(t)][i], 1.0 / double(t + 1));
         params[i].add_(sum[i], -lr);
       }
       for (int fd : to_trainer) ok = ok && send_word(fd, s);
@@ -99,18 +99,25 @@ namespace {
   int64_t epoch = 0, word = 0;
   while (recv_word(server, epoch) && epoch > 0) {
     auto order = ps::shard_order(data.size(), rank, trainers, epoch, cfg.seed);
+    auto rows = [&](int64_t s) {
+      auto idx = order.slice(0, s * cfg.batch, (s + 1) * cfg.batch);
+      return std::make_pair(data.images.index_select(0, idx), data.labels.index_select(0, idx));
+    };
+    auto next = rows(0);
     bool ok = true;
     for (int64_t s = 0; s < steps && ok; ++s) {
-      auto idx = order.slice(0, s * cfg.batch, (s + 1) * cfg.batch);
+      auto [images, labels] = std::move(next);
       for (auto& p : params) p.mutable_grad() = at::Tensor();
-      auto loss = ps::mlp_loss(params, data.images.index_select(0, idx), data.labels.index_select(0, idx));
+      auto loss = ps::mlp_loss(params, images, labels);
       loss.backward();
       (void)loss.item<double>();  // the app's trainer reads its loss too
       {
         at::NoGradGuard no_grad;
         for (size_t i = 0; i < params.size(); ++i) slot[i].copy_(params[i].grad());
       }
-      ok = send_word(server, s) && recv_word(server, word);
+      ok = send_word(server, s);
+      if (ok && s + 1 < steps) next = rows(s + 1);
+      ok = ok && recv_word(server, word);
     }
     if (!ok) break;
   }

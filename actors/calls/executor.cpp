@@ -90,9 +90,13 @@ void Executor::watch_for_stall_locked() {
     monitor_cv_.notify_one();
 }
 
-// Work waits and every allowed thread is taken (E2).
+// Work waits that no thread is on its way to, and every allowed thread is
+// taken (E2). A task with a thread coming for it (notified, or just
+// started) does not wait on a stall: counting it woke the monitor for
+// nothing on most rounds of a parameter server (two pushes, or a push and
+// its round's reply, queued while one task ran): three wakes a round.
 bool Executor::saturated_locked() const {
-  return !queue_.empty() && running_ - blocked_ + coming_ >= limit_;
+  return queue_.size() > coming_ && running_ - blocked_ + coming_ >= limit_;
 }
 
 void Executor::monitor_main() {

@@ -14,6 +14,12 @@ bool set_openblas_threads(int n) {
   return true;
 }
 
+int openblas_threads() {
+  using Getter = int (*)();
+  static const auto getter = reinterpret_cast<Getter>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  return getter ? getter() : 0;
+}
+
 void keep_openblas_to_one_thread() {
   static const bool done = set_openblas_threads(1);
   (void)done;

@@ -12,8 +12,11 @@ namespace castor::apps {
 /// Returns whether it did.
 bool set_openblas_threads(int n);
 
+/// OpenBLAS's pool size, or 0 if this process does not multiply in OpenBLAS.
+int openblas_threads();
+
 /// For a worker that shares its host's cores with other workers (a
-/// pipeline stage, a parameter-server trainer): OpenBLAS's pool to one
+/// pipeline stage, a parameter-server trainer or server): OpenBLAS's pool to one
 /// thread, once per process. The pool's idle threads spin on the cores the
 /// other workers need (bench/README.md, "OpenBLAS's own threads").
 void keep_openblas_to_one_thread();

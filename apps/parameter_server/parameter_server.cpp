@@ -10,6 +10,7 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -116,15 +117,8 @@ Future<Params> ParameterServer::update(Params grads, double loss, int64_t traine
     for (const auto& p : params_) out.push_back(p.detach().clone());
     return make_ready_future(std::move(out));
   }
-  // The round's first push starts the sum (apply() leaves the last round's
-  // average in place rather than spend a pass zeroing it).
-  bool first = pushed_.empty();
-  for (size_t i = 0; i < grads.size(); ++i) {
-    if (first)
-      pending_grads_[i].copy_(grads[i]);
-    else
-      pending_grads_[i].add_(grads[i]);
-  }
+  // S3 of Note [Shared parameters]: kept as pushed, averaged once the round is full.
+  round_grads_.push_back(std::move(grads));
   pushed_.insert(trainer);
   auto future = round_.future();
   complete_round_if_full();
@@ -136,7 +130,7 @@ void ParameterServer::complete_round_if_full() {
   for (auto r : trainers_)
     if (!pushed_.count(r)) return;
   auto round = round_;
-  apply(double(pushed_.size()));  // a dead trainer's push before it died counts (Note [Trainer failure])
+  apply_round_mean();  // a dead trainer's push before it died counts (Note [Trainer failure])
   pushed_.clear();
   round_ = Promise<Params>();
   Params out;  // Note [Shared parameters]: the parameters themselves
@@ -170,6 +164,28 @@ void ParameterServer::apply(double divisor) {
     params_[i].mutable_grad() = pending_grads_[i];
   }
   optimizer_->step();
+}
+
+// S3 of Note [Shared parameters]: the mean in one pass over the pushes as
+// they lie (lerp: m + (g - m) / k is the running mean after k of them); a
+// lone push is its own mean.
+void ParameterServer::apply_round_mean() {
+  at::NoGradGuard no_grad;
+  const auto& first = round_grads_.front();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (round_grads_.size() == 1) {
+      params_[i].mutable_grad() = first[i];
+      continue;
+    }
+    at::lerp_out(pending_grads_[i], first[i], round_grads_[1][i], 0.5);
+    for (size_t k = 2; k < round_grads_.size(); ++k)
+      pending_grads_[i].lerp_(round_grads_[k][i], 1.0 / double(k + 1));
+    params_[i].mutable_grad() = pending_grads_[i];
+  }
+  optimizer_->step();
+  // The pushes go back to their trainers with the reply: none is held past it.
+  for (auto& p : params_) p.mutable_grad() = at::Tensor();
+  round_grads_.clear();
 }
 
 int64_t ParameterServer::updates() const {
@@ -272,11 +288,16 @@ class Trainer {
     Params pushed;
     for (const auto& p : params) pushed.push_back(at::empty_like(p));
     share_memory(pushed);
+    auto rows = [&](int64_t s) {
+      auto idx = order.slice(0, s * setup_.batch, (s + 1) * setup_.batch);
+      return std::make_pair(data.images.index_select(0, idx), data.labels.index_select(0, idx));
+    };
+    auto next = rows(0);
     double loss_sum = 0;
     for (int64_t s = 0; s < steps; ++s) {
-      auto idx = order.slice(0, s * setup_.batch, (s + 1) * setup_.batch);
+      auto [images, labels] = std::move(next);
       for (auto& p : params) p.mutable_grad() = at::Tensor();
-      auto loss = mlp_loss(params, data.images.index_select(0, idx), data.labels.index_select(0, idx));
+      auto loss = mlp_loss(params, images, labels);
       loss.backward();
       double l = loss.item<double>();
       loss_sum += l;
@@ -284,11 +305,12 @@ class Trainer {
         at::NoGradGuard no_grad;
         for (size_t i = 0; i < params.size(); ++i) pushed[i].copy_(params[i].grad());
       }
-      auto fresh = server.rpc_sync(&ParameterServer::update, pushed, l, rank_);
+      auto round = server.rpc_async(&ParameterServer::update, pushed, l, rank_);
+      if (s + 1 < steps) next = rows(s + 1);  // S4 of Note [Shared parameters]
       // The reply: on the server's host a view of its parameters (Note
       // [Shared parameters]), elsewhere this trainer's own copy. Either way
       // it is trained on as it came.
-      params = std::move(fresh);
+      params = round.wait();
       for (auto& p : params) p.requires_grad_(true);
     }
     return loss_sum / double(steps);
@@ -388,7 +410,14 @@ std::vector<EpochResult> run_parameter_server(Worker& w, const PsConfig& cfg,
                                               const std::function<void(const EpochResult&)>& on_epoch) {
   int64_t trainers = w.world_size() - 1;
   if (trainers < 1) throw std::invalid_argument("parameter-server: needs at least 2 workers (a server and a trainer)");
+  // The server shares the host's cores with its trainers, as they share
+  // them with each other (Trainer::train_epoch): one ATen thread, and
+  // OpenBLAS's pool at one thread. With the pool at the cores, each epoch's
+  // evaluation left an OpenBLAS thread spinning in sched_yield for about
+  // 0.1 s into the next epoch: 190 ms of CPU in 2 s of training on this
+  // 2-core VM (castor run -n 3 parameter-server, the thread's own counts).
   at::set_num_threads(1);
+  keep_openblas_to_one_thread();
   const auto& train = cached_fashion_mnist("train", cfg.data_dir, cfg.limit);
   const auto& test = cached_fashion_mnist("t10k", cfg.data_dir, cfg.test_limit);
   int64_t steps = steps_per_epoch(train.size(), trainers, cfg.batch);
@@ -610,6 +639,11 @@ EpochResult SingleProcessTraining::next_epoch() {
   int64_t epoch = ++st.epoch;
   int threads_before = at::get_num_threads();
   at::set_num_threads(threads_);
+  // The reference multiplies on OpenBLAS's whole pool, as a process of its
+  // own would (its fastest), even in a process whose parameter server keeps
+  // the pool to one thread (castor-bench's).
+  int blas_before = openblas_threads();
+  if (blas_before > 0) set_openblas_threads(int(std::max(1u, std::thread::hardware_concurrency())));
   for (auto& group : st.sgd->param_groups())
     static_cast<torch::optim::SGDOptions&>(group.options()).lr(epoch_learning_rate(st.cfg, epoch));
   auto start = Clock::now();
@@ -630,6 +664,7 @@ EpochResult SingleProcessTraining::next_epoch() {
   r.train_loss = loss_sum / double(st.steps);
   r.test = evaluate(st.params, st.test);
   at::set_num_threads(threads_before);  // a worker of this process may run its ops on fewer
+  if (blas_before > 0) set_openblas_threads(blas_before);
   return r;
 }
 

@@ -42,6 +42,14 @@
 //   S2. A trainer on another host gets copies, as before; so does every
 //       trainer in async mode, where the server steps while others compute
 //       (its replies are clones there).
+//   S3. The server keeps each push as it came until its round is full, and
+//       averages them then in one pass (on this host, where the trainers
+//       wrote them: no copy at the first push, no sum then division at the
+//       last); S1 keeps them unwritten until then. A trainer that died in
+//       the round leaves its push readable (the server maps its segment).
+//   S4. A trainer picks its next batch's rows while its push is out, as a
+//       data loader prefetches: the round's wait is the server's, and the
+//       rows are the trainer's own.
 //
 // Note [Trainer failure]
 // --on-trainer-failure stop (the default): the server's call to a dead
@@ -168,6 +176,7 @@ class ParameterServer {
 
  private:
   void apply(double divisor);
+  void apply_round_mean();        // sync: S3 of Note [Shared parameters]; mutex_ held
   void complete_round_if_full();  // sync; mutex_ held
   void set_async_momentum();      // A1; mutex_ held
 
@@ -176,7 +185,8 @@ class ParameterServer {
   bool sync_;
   double momentum_;  // as asked; async mode applies less (A1)
   Params params_;
-  Params pending_grads_;     // sync: the round's sum so far
+  Params pending_grads_;     // the gradient SGD steps on (sync: the round's mean)
+  std::vector<Params> round_grads_;  // sync: the round's pushes as they came (S3)
   std::set<int64_t> pushed_; // sync: who pushed this round
   Promise<Params> round_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -238,6 +238,33 @@ TEST_CASE("parameter server, sync: a round completes without a trainer that left
   for (size_t i = 0; i < final_params.size(); ++i) CHECK(at::allclose(final_params[i], next[i] - 0.5 * 2.0));
 }
 
+TEST_CASE("parameter server, sync: a round of three pushes steps on their mean as they lie, and keeps none of them") {
+  using castor::apps::ps::ParameterServer;
+  using castor::apps::ps::Params;
+  ParameterServer server(3, 4, 0.5, 0.0, 1, true);  // 3 trainers, plain SGD with lr 0.5
+  auto before = server.parameters();
+  auto grads = [&](double v) {
+    Params g;
+    for (const auto& p : before) g.push_back(at::full_like(p, v));
+    return g;
+  };
+  // S3 of Note [Shared parameters]: the pushes are read where they lie once
+  // the round is full, so what a push holds then is what counts.
+  auto g1 = grads(1.0), g2 = grads(2.0), g3 = grads(6.0);
+  auto from1 = server.update(g1, 0.5, 1);
+  auto from2 = server.update(g2, 0.5, 2);
+  CHECK(g1[0].use_count() == 2);  // held by the round until it is full
+  auto from3 = server.update(g3, 0.5, 3);
+  REQUIRE(from1.is_done());
+  REQUIRE(from3.is_done());
+  Params after;
+  for (const auto& p : from2.wait()) after.push_back(p.clone());
+  for (size_t i = 0; i < after.size(); ++i) CHECK(at::allclose(after[i], before[i] - 0.5 * 3.0));  // mean of 1, 2, 6
+  for (const auto* g : {&g1, &g2, &g3})
+    for (const auto& t : *g) CHECK(t.use_count() == 1);  // none kept past the round, nor as SGD's gradient
+  CHECK(at::allclose(g3[0], at::full_like(g3[0], 6.0)));  // read, never written
+}
+
 // Issue: async mode with 2 trainers once ended 3 epochs at 26-64 % where
 // sync mode reached 86 % (Note [Parameter-server modes], A1). The whole
 // data set, the default flags: the run a user would make.
