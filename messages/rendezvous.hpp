@@ -14,7 +14,7 @@
 namespace castor {
 
 /// Bumped whenever a message's wire format changes; joiners must agree.
-inline constexpr uint32_t kWireProtocolVersion = 11;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid; 5: incarnation, alive; 6: the bulk greeting says its life; 7: a fork says its owner's life and restart recipe; 8: protocol messages on the bulk link (B10); 9: a context can be joined (ContextControl::join); 10: a same-host head names its revocation word (B15); 11: and each tensor's shared segment (SH3)
+inline constexpr uint32_t kWireProtocolVersion = 12;  // 3: Value doubles as raw IEEE 754 bits; 4: bulk_port, pid; 5: incarnation, alive; 6: the bulk greeting says its life; 7: a fork says its owner's life and restart recipe; 8: protocol messages on the bulk link (B10); 9: a context can be joined (ContextControl::join); 10: a same-host head names its revocation word (B15); 11: and each tensor's shared segment (SH3); 12: frames of views without an answer (SH7)
 
 struct WorkerRecord {
   std::string name;

@@ -65,6 +65,23 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 //      1.00-1.20x (eight pairs, median 1.09; six more after the last-wait
 //      rule, 0.95-1.21, median 1.05). castor-bench pipeline, autograd and
 //      rpc read within their spread (bench/README.md).
+//  WR5 A method that returns a Future replies when it completes. The reply
+//      used to be a task posted to the executor: on a parameter server's
+//      round, the last push's thread completed the round and posted both
+//      replies, one woken thread and a monitor wake later (E2). Completed on
+//      an executor thread, the reply now leaves from that thread, as it
+//      would from the posted task; completed elsewhere (a user's thread, the
+//      receiver), it is posted as before, so no thread that must not wait
+//      sends it.
+void FutureCore::add_executor_callback(std::function<void()> cb) {
+  add_inline_callback([this, cb = std::move(cb)]() mutable {
+    if (Executor::current())
+      cb();
+    else
+      run(std::move(cb));
+  });
+}
+
 namespace {
 using Micros = std::chrono::microseconds;
 constexpr Micros kSpinFloor{100};     // WR1: a small call's round trip on a 2-core VM

@@ -90,6 +90,13 @@ class FutureCore {
     cb();
   }
 
+  /// Runs `cb` once done: on the completing thread itself when that is an
+  /// executor thread (it would run a posted `cb` no differently), else
+  /// through the runner; at once if done already and this is one. For a
+  /// method's returned Future, whose reply `cb` sends (Note [Waiting for a
+  /// reply], WR5).
+  void add_executor_callback(std::function<void()> cb);
+
   const CallbackRunner& runner() const { return runner_; }
 
  protected:

@@ -120,12 +120,20 @@ void deliver_result(Call&& call, Completion& done) {
   if constexpr (is_future<R>::value) {
     using V = typename R::value_type;
     R fut = call();
-    fut.on_complete([fut, done]() mutable {
-      if (auto e = fut.state()->error()) return done(Outcome::failure(std::move(*e)));
-      if constexpr (std::is_void<V>::value)
+    fut.state()->add_executor_callback([fut, done]() mutable {
+      const auto& core = fut.state();
+      if (auto e = core->error()) return done(Outcome::failure(std::move(*e)));
+      if constexpr (std::is_void<V>::value) {
         done(Outcome::success(Value()));
-      else
-        done(Outcome::success(ValueTraits<V>::to_value(fut.state()->value_ref())));
+      } else {
+        Value v;
+        try {
+          v = ValueTraits<V>::to_value(core->value_ref());
+        } catch (...) {  // on the completing thread: it goes to the caller, not to whoever completed
+          return done(Outcome::failure(error_from_exception(std::current_exception())));
+        }
+        done(Outcome::success(std::move(v)));
+      }
     });
   } else if constexpr (std::is_void<R>::value) {
     call();

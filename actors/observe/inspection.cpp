@@ -115,6 +115,7 @@ json snapshot(Runtime& rt) {
                  {"lane_writes", rt.stats.lane_writes.load()},
                  {"heads_written_by_sender", rt.stats.heads_by_sender.load()},
                  {"copies_revoked", rt.stats.copies_revoked.load()},
+                 {"views_sent_without_answer", rt.stats.views_unanswered.load()},
                  {"lane_messages_received", rt.stats.lane_received.load()}};
 
   auto& messages = out["messages"] = json::object();

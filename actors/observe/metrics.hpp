@@ -54,6 +54,9 @@ struct MessageStats {
   // B15: same-host copies found revoked by their sender after they were made
   // (their bytes were asked for instead).
   std::atomic<uint64_t> copies_revoked{0};
+  // SH7 of Note [Shared tensors]: same-host frames of views sent without
+  // waiting for an answer (their segments were mapped by the peer before).
+  std::atomic<uint64_t> views_unanswered{0};
   // RJ6 of Note [Rejoin]: messages from a dead life of a peer, refused.
   std::atomic<uint64_t> stale_refused{0};
 

@@ -291,9 +291,15 @@ TEST_CASE("a shared tensor reaches a worker on its host as a view of the same me
     CHECK_FALSE(castor::is_shared(plain));
     CHECK(bulk::shared_segments_alive() == segments_before + 2);
 
+    auto& stats = castor::testing::runtime(w).stats;
+    const auto unanswered_before = stats.views_unanswered.load();
     CHECK(w.rpc_sync<bool>("worker1", "arrived_shared", small));
     CHECK(w.rpc_sync<bool>("worker1", "arrived_shared", large));
     CHECK_FALSE(w.rpc_sync<bool>("worker1", "arrived_shared", plain));
+    // The first frame of a segment waits for worker1's answer (SH3); it
+    // said it mapped both, so the frames that follow with them wait for
+    // none (SH7).
+    CHECK(stats.views_unanswered.load() == unanswered_before);
     // What the callee writes into a shared argument, the caller reads.
     CHECK(w.rpc_sync<double>("worker1", "fill_in_place", large, 2.0) == 600000.0);
     CHECK(large.sum().item<double>() == 600000.0);
@@ -337,6 +343,9 @@ TEST_CASE("a shared tensor reaches a worker on its host as a view of the same me
     // The same-host link carried the 12 calls with tensors (B7, SH3), the
     // small shared one too (SH2): none fell back to CAF.
     CHECK(eventually([&] { return bulk_sent(w) == sent_before + 12; }));
+    // Of them, these went without an answer (SH7): `large` filled twice, its
+    // slice twice, `small` filled and kept.
+    CHECK(eventually([&] { return stats.views_unanswered.load() == unanswered_before + 6; }));
   }
   // The program ends while the callee still keeps a view of this side's
   // tensor: both sides end cleanly, this side's segments went with its
@@ -345,6 +354,42 @@ TEST_CASE("a shared tensor reaches a worker on its host as a view of the same me
   w.shutdown();
   CHECK(pair.child->wait_exit(milliseconds(30000)) == 0);
   CHECK(bulk::shared_segments_alive() == segments_before);
+}
+
+TEST_CASE("a frame of views needs no answer once its segments are mapped, a link keeps 64 segments at most, the least recently named go, and all go when the peer is SIGKILLed (SH7)") {
+  namespace bulk = castor::detail::bulk;
+  ChildPair pair(false, "bulk-views-unanswered");
+  auto& w = *pair.w;
+  auto& stats = castor::testing::runtime(w).stats;
+  const auto segments_before = bulk::shared_segments_alive();
+  const auto unanswered_before = stats.views_unanswered.load();
+  std::vector<at::Tensor> many;
+  for (int i = 0; i < 70; ++i) many.push_back(castor::share_memory(at::full({256}, float(i))));
+  // Each new segment's frame waits for worker1's answer, which says it mapped it.
+  for (auto& t : many) REQUIRE(w.rpc_sync<bool>("worker1", "arrived_shared", t));
+  CHECK(stats.views_unanswered.load() == unanswered_before);
+  // The last 64 are kept for worker1: frames of them need no answer; the
+  // first six were let go of (the least recently named), so theirs waits
+  // again, and the values are right either way.
+  CHECK(w.rpc_sync<double>("worker1", "fill_in_place", many[69], 2.0) == 512.0);
+  CHECK(eventually([&] { return stats.views_unanswered.load() == unanswered_before + 1; }));
+  CHECK(w.rpc_sync<double>("worker1", "fill_in_place", many[0], 3.0) == 768.0);
+  CHECK(stats.views_unanswered.load() == unanswered_before + 1);
+  CHECK(many[0].sum().item<double>() == 768.0);
+  CHECK(many[69].sum().item<double>() == 512.0);
+  CHECK(w.rpc_sync<double>("worker1", "fill_in_place", many[0], 4.0) == 1024.0);  // kept again since its answer
+  CHECK(eventually([&] { return stats.views_unanswered.load() == unanswered_before + 2; }));
+  // What this side dropped, the link still keeps (worker1 may have to map
+  // it again), up to its bound.
+  many.clear();
+  CHECK(bulk::shared_segments_alive() == segments_before + 64);
+  // worker1 is SIGKILLed: its link ends, and with it what was kept for it.
+  pair.child->kill();
+  CHECK(pair.child->wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+  auto e = error_of<UnreachableError>([&] { w.rpc_sync<double>("worker1", "kept_sum"); });
+  CHECK(contains(e, "worker worker1 is unreachable"));
+  CHECK(eventually([&] { return bulk::shared_segments_alive() == segments_before; }));
+  w.shutdown(false);
 }
 
 TEST_CASE("a view of a shared tensor outlives its owner: the owner SIGKILLed, the bytes stay readable and a call names the dead worker (SH1)") {

@@ -82,9 +82,9 @@ Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tenso
   return out;
 }
 
-void add_addresses(Frame& out) {
-  out.lease.take();  // before any of the head can leave
-  out.head[1] = char(kAddresses);
+namespace {
+void add_records(Frame& out, uint8_t mode) {
+  out.head[1] = char(mode);
   for (auto& t : out.tensors) {
     put(out.head, uint64_t(reinterpret_cast<uintptr_t>(t.data_ptr())));
     auto ref = shared_ref_of(t);  // SH3
@@ -95,5 +95,13 @@ void add_addresses(Frame& out) {
   put(out.head, revocation_word_address());
   put(out.head, revocations_so_far());
 }
+}  // namespace
+
+void add_addresses(Frame& out) {
+  out.lease.take();  // before any of the head can leave
+  add_records(out, kAddresses);
+}
+
+void add_views(Frame& out) { add_records(out, kViews); }
 
 }  // namespace castor::detail::bulk

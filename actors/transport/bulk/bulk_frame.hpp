@@ -31,10 +31,16 @@ inline constexpr uint8_t kRequest = 1, kReply = 2;
 inline constexpr uint8_t kBackwardGrad = 3, kBackwardDone = 4, kContextControl = 5, kRRefControl = 6, kRRefAck = 7;
 inline constexpr uint8_t kLastFrameType = kRRefAck;
 inline constexpr uint8_t kBytesFollow = 0, kAddresses = 1;  // B1 or B7
+// SH7 of Note [Shared tensors]: addresses of tensors that all lie in segments
+// the receiver mapped before; it maps them again if it must, and answers nothing.
+inline constexpr uint8_t kViews = 2;
 inline constexpr char kCopied = 'A', kSendBytes = 'N', kSameHost = 'C', kOtherHost = 'T', kRefused = 'R';
 // B15: the copy may hold freed memory (its sender revoked copies meanwhile):
 // the bytes of this frame follow, and the link stays same-host.
 inline constexpr char kCopyRevoked = 'B';
+// SH7: copied, and every tensor of the frame that names a segment was
+// mapped: the sender keeps those segments for the frames that follow.
+inline constexpr char kMapped = 'V';
 // B7 and SH3 of Note [Shared tensors]: per tensor of a same-host head, its
 // address, then its segment's descriptor, id and offset (descriptor -1: none).
 inline constexpr size_t kAddressRecordBytes = 32;
@@ -134,6 +140,12 @@ struct Frame {
   // the write had been its own).
   bool head_written = false;
   int head_error = 0;
+  // SH7 of Note [Shared tensors]: every tensor lies in a segment the
+  // receiver mapped before; the head of addresses is made (add_views), and
+  // no answer comes.
+  bool views_only = false;
+  bool mapped_answer = false;  // SH7: the receiver answered kMapped
+  uint64_t number = 0;         // SH7: the frame's place on its link (1, 2, ...)
   // Last, so that it goes first: a copy is revoked before the tensors
   // (and the fallback's references to them) are let go of (B15).
   CopyLease lease;
@@ -142,6 +154,10 @@ struct Frame {
 /// B7: the head says addresses follow, and ends with the tensors' addresses
 /// and segments (SH3) and (B15) the revocation word; the frame takes its lease.
 void add_addresses(Frame& out);
+
+/// SH7 of Note [Shared tensors]: the same records under kViews, with no
+/// lease (nothing is copied, and no answer comes).
+void add_views(Frame& out);
 
 Frame make_frame(uint8_t type, std::vector<char> envelope, std::vector<at::Tensor> tensors, CallId call);
 

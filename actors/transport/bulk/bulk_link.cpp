@@ -6,11 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <exception>
 #include <system_error>
+#include <vector>
 
 #include <caf/logger.hpp>
 #include <caf/send.hpp>
@@ -18,6 +20,7 @@
 #include "actors/runtime/runtime.hpp"
 #include "actors/transport/bulk/bulk_receiver.hpp"
 #include "actors/transport/bulk/same_host.hpp"
+#include "actors/transport/bulk/shared_segments.hpp"
 #include "actors/transport/dialer.hpp"
 #include "actors/transport/sockets.hpp"
 #include "actors/transport/transport.hpp"
@@ -76,6 +79,11 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
     errno = out.head_error;
     return false;
   }
+  if (out.views_only) {  // SH7: the head of addresses, made at the push; nothing to wait for
+    if (!link.stream.write_all(out.head.data(), out.head.size())) return false;
+    rt.stats.views_unanswered.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   bool send_bytes = true;
   if (link.same_host && !out.tensors.empty()) {  // B7: addresses, then wait for the receiver's copy
     if (!out.head_written) {
@@ -83,12 +91,14 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
       if (!link.stream.write_all(out.head.data(), out.head.size())) return false;
     }
     char answer = 0;
-    if (!link.stream.read_all(&answer, 1) || (answer != kCopied && answer != kSendBytes && answer != kCopyRevoked)) {
+    if (!link.stream.read_all(&answer, 1) ||
+        (answer != kCopied && answer != kMapped && answer != kSendBytes && answer != kCopyRevoked)) {
       out.lease.give_up();  // B15: now, before the caller hears of the failure and may reuse its tensors
       return false;
     }
     out.lease.answered();
-    send_bytes = answer != kCopied;
+    send_bytes = answer != kCopied && answer != kMapped;
+    out.mapped_answer = answer == kMapped;
     if (answer == kSendBytes) link.same_host = false;
   } else if (!link.stream.write_all(out.head.data(), out.head.size())) {
     return false;
@@ -99,6 +109,46 @@ bool send_frame(Runtime& rt, BulkPath::Link& link, Frame& out) {
 }
 
 }  // namespace
+
+bool BulkPath::Link::all_mapped_by_peer(const Frame& frame) {
+  if (peer_mapped.empty()) return false;
+  std::vector<PeerMapped*> named;
+  for (const auto& t : frame.tensors) {
+    auto ref = shared_ref_of(t);
+    auto it = ref.fd >= 0 ? peer_mapped.find(ref.id) : peer_mapped.end();
+    if (it == peer_mapped.end()) return false;
+    named.push_back(&it->second);
+  }
+  for (auto* p : named) p->last_frame = frame.number;
+  return true;
+}
+
+void BulkPath::Link::keep_mapped(const Frame& frame) {
+  for (const auto& t : frame.tensors) {
+    auto ref = shared_ref_of(t);
+    if (ref.fd < 0) continue;
+    auto& kept = peer_mapped[ref.id];
+    if (!kept.storage) {
+      kept.storage = t.storage();
+      kept.bytes = kept.storage.nbytes();
+      peer_mapped_bytes += kept.bytes;
+    }
+    kept.last_frame = std::max(kept.last_frame, frame.number);
+  }
+  // The peer has read every frame before this one (one link, read in
+  // order): a segment that no later frame of views names may go. The
+  // least recently named go first.
+  while (peer_mapped.size() > kMaxPeerMapped || peer_mapped_bytes > kMaxPeerMappedBytes) {
+    auto oldest = peer_mapped.end();
+    for (auto it = peer_mapped.begin(); it != peer_mapped.end(); ++it)
+      if (it->second.last_frame <= frame.number &&
+          (oldest == peer_mapped.end() || it->second.last_frame < oldest->second.last_frame))
+        oldest = it;
+    if (oldest == peer_mapped.end()) break;  // all named since: they go with later answers
+    peer_mapped_bytes -= oldest->second.bytes;
+    peer_mapped.erase(oldest);
+  }
+}
 
 BulkPath::Link* BulkPath::link_to(WorkerId to, Open how) {
   // Until init is done the peers' bulk ports may still be filled in (Note
@@ -275,6 +325,7 @@ void BulkPath::write_loop(Link& link) {
       } else if (link.broken || stopping_) {
         ending = true;
         link.broken = true;
+        link.forget_mapped();
         unsent.swap(link.queue);
       } else {
         take_batch(link, out);
@@ -373,8 +424,11 @@ bool BulkPath::write_frames(Link& link, Frame* out, size_t n, bool caller) {
     {
       std::lock_guard<std::mutex> lock(link.mtx);
       link.writing = false;
+      for (size_t i = 0; sent && i < n; ++i)
+        if (out[i].mapped_answer) link.keep_mapped(out[i]);
       if (!sent) {
         link.broken = true;
+        link.forget_mapped();
         lost.swap(link.queue);
       } else if (!link.queue.empty()) {
         if (caller && round < kMaxCallerBatches && !link.broken && !stopping_ &&

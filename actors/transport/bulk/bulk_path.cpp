@@ -321,16 +321,24 @@ bool BulkPath::push(WorkerId to, uint8_t type, CallId id, const std::vector<Valu
     for (auto* v : values) extract(*v, rt_.opts.bulk_threshold, rt_.transfer_ids, tensors);
     frame.emplace(make_frame(type, encode(), std::move(tensors), id));
     frame->fallback = std::move(copy);
+    frame->number = ++link->frames_pushed;
+    // SH7 of Note [Shared tensors]: views of segments the peer mapped before
+    // need no answer; the frame then goes as a small one.
+    if (link->same_host && !frame->tensors.empty() && link->all_mapped_by_peer(*frame)) {
+      add_views(*frame);
+      frame->views_only = true;
+    }
+    const bool waits_for_answer = !frame->tensors.empty() && !frame->views_only;
     bool behind = link->writing || !link->queue.empty() || pipelined;
     // B14: a same-host frame's head (the tensors' addresses) leaves from this
     // thread when the link is idle; the writer reads the answer.
-    if (!behind && !frame->tensors.empty() && link->same_host &&
+    if (!behind && waits_for_answer && link->same_host &&
         net::has_send_room(link->stream.fd(),
                            frame->head.size() + kAddressRecordBytes * frame->tensors.size() + kRevocationBytes +
                                                      kSendRoomMargin) &&
         start_writer(*link)) {
       head_first = true;
-    } else if (behind || !frame->tensors.empty() ||
+    } else if (behind || waits_for_answer ||
                !net::has_send_room(link->stream.fd(), frame->head.size() + kSendRoomMargin)) {
       if (!start_writer(*link)) {  // B11: no writer free now: CAF takes the message, whole again
         restore(values, frame->tensors);
@@ -417,6 +425,7 @@ void BulkPath::stop() {
     // B8: a caller may still be in a write (failing now: the socket is shut).
     std::unique_lock<std::mutex> link_lock(l->mtx);
     l->cv.wait(link_lock, [&] { return !l->writing; });
+    l->forget_mapped();  // SH7: this side's segments go with their tensors now
     if (l->stream.fd() >= 0) ::close(l->stream.fd());
   }
 }

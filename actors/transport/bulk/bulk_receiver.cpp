@@ -516,11 +516,12 @@ bool Receiver::read_head(Incoming& in) {
   auto mode = peek<uint8_t>(p + 1);
   auto env_len = peek<uint64_t>(p + 2);
   auto count = peek<uint32_t>(p + 10);
-  if (type < kRequest || type > kLastFrameType || (mode != kBytesFollow && mode != kAddresses) ||
-      (mode == kAddresses && !in.same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
+  const bool views = mode == kViews;  // SH7 of Note [Shared tensors]
+  if (type < kRequest || type > kLastFrameType || (mode != kBytesFollow && mode != kAddresses && !views) ||
+      (mode != kBytesFollow && !in.same_host) || env_len > kMaxEnvelope || count > kMaxTensors)
     return drop(in, "malformed frame header");
-  const size_t addresses = mode == kAddresses ? count : 0;
-  const size_t tail = mode == kAddresses ? kAddressRecordBytes * addresses + kRevocationBytes : 0;
+  const size_t addresses = mode != kBytesFollow ? count : 0;
+  const size_t tail = mode != kBytesFollow ? kAddressRecordBytes * addresses + kRevocationBytes : 0;
   if (!in.fill(kHeadBytes + 8 * size_t(count) + env_len + tail)) return false;
   in.begin += kHeadBytes;
   in.lengths.resize(count);
@@ -547,13 +548,14 @@ bool Receiver::read_head(Incoming& in) {
     segments[i].offset = peek<uint64_t>(record + 24);
   }
   uint64_t word_address = 0, word_seen = 0;  // B15
-  if (mode == kAddresses) {
+  if (addresses > 0) {
     word_address = peek<uint64_t>(in.buf.get() + in.begin + kAddressRecordBytes * addresses);
     word_seen = peek<uint64_t>(in.buf.get() + in.begin + kAddressRecordBytes * addresses + 8);
   }
   in.begin += tail;
   in.received.resize(count);
   std::vector<char> mapped(count, 0);
+  std::string unmapped;  // SH7: why a frame of views cannot be delivered
   for (size_t i = 0; i < count; ++i) {
     auto ext = in.slots[i]->to_external();
     auto dtype = wire::from_wire_dtype(ext.dtype);
@@ -568,10 +570,18 @@ bool Receiver::read_head(Incoming& in) {
     }
     if (overflow || expected != in.lengths[i]) return drop(in, "tensor length does not match its shape");
     if (expected > kMaxTensorBytes) return drop(in, "a tensor of " + std::to_string(expected) + " bytes");
+    if (views && segments[i].fd < 0) return drop(in, "a frame of views names a tensor outside any segment");
     if (i < addresses && segments[i].fd >= 0) {  // SH4: a view of the sender's segment
       std::string why;
       in.received[i] = map_shared(in.pid, segments[i], ext.sizes, *dtype, expected, why);
       if ((mapped[i] = in.received[i].defined())) continue;
+      if (views) {  // SH7: no bytes can follow; the message fails with why
+        if (unmapped.empty())
+          unmapped = "worker " + rt_.name() + " cannot map shared tensor " + std::to_string(i + 1) + " of " +
+                     in.from_name + ": " + why;
+        in.received[i] = at::empty({0}, *dtype);
+        continue;
+      }
       if (!in.warned_shared)
         std::fprintf(stderr, "castor[%s]: cannot map a shared tensor of %s (%s); it comes as a copy\n",
                      rt_.name().c_str(), in.from_name.c_str(), why.c_str());
@@ -582,6 +592,11 @@ bool Receiver::read_head(Incoming& in) {
     } catch (const std::exception& e) {
       return drop(in, "cannot allocate " + std::to_string(expected) + " bytes: " + e.what());
     }
+  }
+  if (views) {  // SH7: nothing to copy, nothing revoked (no lease), no answer
+    if (!unmapped.empty())
+      std::visit([&](auto& m) { mark_malformed(m, unmapped); }, in.message);
+    return deliver(in);
   }
   // B7: copy out of the sender's memory; if the kernel refuses, ask for the bytes.
   bool copied = addresses > 0;
@@ -599,8 +614,16 @@ bool Receiver::read_head(Incoming& in) {
   }
   for (size_t i = 0; !copied && i < count; ++i)  // bytes follow: into this side's memory, not a view
     if (mapped[i]) in.received[i] = at::empty_like(in.received[i]);
+  // SH7: kMapped when every tensor that names a segment came as a view of it.
+  bool all_named_mapped = false;
+  for (size_t i = 0; i < addresses; ++i) {
+    if (segments[i].fd < 0) continue;
+    all_named_mapped = mapped[i] != 0;
+    if (!all_named_mapped) break;
+  }
   if (addresses > 0) {
-    if (!in.answer(copied ? kCopied : revoked ? kCopyRevoked : kSendBytes)) return drop(in, "closed while copying");
+    if (!in.answer(copied ? (all_named_mapped ? kMapped : kCopied) : revoked ? kCopyRevoked : kSendBytes))
+      return drop(in, "closed while copying");
     if (!copied && !revoked) {
       in.same_host = false;
       std::fprintf(stderr, "castor[%s]: cannot read tensors from %s's memory (%s); its link sends bytes\n",

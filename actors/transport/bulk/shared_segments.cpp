@@ -24,7 +24,7 @@
 //       address, its segment: the sender's descriptor, the id and the
 //       offset (fd -1: not shared). The frame holds the tensors until the
 //       receiver's answer, as for a copy, so the descriptor stays open
-//       while the receiver opens it.
+//       while the receiver opens it (SH7: once mapped, the link keeps it).
 //  SH4. The receiver opens the descriptor through /proc/<pid>/fd of the pid
 //       the sender's rank joined with (the same check as B7's copy: ptrace
 //       rights over the sender), checks that it is castor's memfd of that
@@ -45,6 +45,25 @@
 //       ordering but the program's own messages (a reply sent after the
 //       write is read after it). Like torch.multiprocessing, castor does
 //       not lock shared tensors.
+//  SH7. A frame of views that the peer can map without help needs no
+//       answer. SH3's answer keeps the sender's descriptor open while the
+//       receiver opens it; once the receiver answers kMapped (every tensor
+//       that named a segment came as a view of it), the link keeps those
+//       segments (their storage, so their descriptors) for the frames that
+//       follow. A frame whose tensors all lie in kept segments goes as
+//       kViews: the head of addresses with no lease, written like a small
+//       frame (from the sending thread when the link is idle), with no
+//       writer woken to wait and no answer sent. The receiver maps the
+//       segments from its cache, or opens them again if it let them go
+//       (their descriptors are still open); one it cannot map (its sender
+//       died meanwhile) fails the message with why, as no bytes can
+//       follow. A link keeps at most SH4's bounds (64 segments, 1 GiB),
+//       letting go of the least recently named once an answer shows that
+//       the peer has read every frame that named them (a link's frames are
+//       numbered and read in order), and of all of them when it breaks or
+//       stops. A parameter-server round sends four such frames; each woke
+//       its sender's writer twice (the hand-over, the answer) and cost its
+//       receiver a send (bench/README.md).
 #include "actors/transport/bulk/shared_segments.hpp"
 
 #include <fcntl.h>
