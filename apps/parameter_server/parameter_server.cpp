@@ -118,7 +118,7 @@ Future<Params> ParameterServer::update(Params grads, double loss, int64_t traine
     return make_ready_future(std::move(out));
   }
   // S3 of Note [Shared parameters]: kept as pushed, averaged once the round is full.
-  round_grads_.push_back(std::move(grads));
+  round_grads_.emplace(trainer, std::move(grads));
   pushed_.insert(trainer);
   auto future = round_.future();
   complete_round_if_full();
@@ -168,18 +168,20 @@ void ParameterServer::apply(double divisor) {
 
 // S3 of Note [Shared parameters]: the mean in one pass over the pushes as
 // they lie (lerp: m + (g - m) / k is the running mean after k of them); a
-// lone push is its own mean.
+// lone push is its own mean. In the trainers' order, not the pushes': lerp
+// is not symmetric in rounding, and a run must repeat itself exactly (a
+// resumed run is the undisturbed one, Note [Parameter-server checkpoints]).
 void ParameterServer::apply_round_mean() {
   at::NoGradGuard no_grad;
-  const auto& first = round_grads_.front();
+  std::vector<const Params*> pushes;
+  for (const auto& [trainer, grads] : round_grads_) pushes.push_back(&grads);
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (round_grads_.size() == 1) {
-      params_[i].mutable_grad() = first[i];
+    if (pushes.size() == 1) {
+      params_[i].mutable_grad() = (*pushes[0])[i];
       continue;
     }
-    at::lerp_out(pending_grads_[i], first[i], round_grads_[1][i], 0.5);
-    for (size_t k = 2; k < round_grads_.size(); ++k)
-      pending_grads_[i].lerp_(round_grads_[k][i], 1.0 / double(k + 1));
+    at::lerp_out(pending_grads_[i], (*pushes[0])[i], (*pushes[1])[i], 0.5);
+    for (size_t k = 2; k < pushes.size(); ++k) pending_grads_[i].lerp_((*pushes[k])[i], 1.0 / double(k + 1));
     params_[i].mutable_grad() = pending_grads_[i];
   }
   optimizer_->step();

@@ -96,6 +96,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -186,7 +187,7 @@ class ParameterServer {
   double momentum_;  // as asked; async mode applies less (A1)
   Params params_;
   Params pending_grads_;     // the gradient SGD steps on (sync: the round's mean)
-  std::vector<Params> round_grads_;  // sync: the round's pushes as they came (S3)
+  std::map<int64_t, Params> round_grads_;  // sync: the round's pushes by trainer, as they came (S3)
   std::set<int64_t> pushed_; // sync: who pushed this round
   Promise<Params> round_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
