@@ -1,6 +1,6 @@
 // SyncRoundFloor (ps_floor.hpp): the parameter-server job with no framework.
-// The server's arithmetic is the app's (the round's mean in one pass, S3 of
-// Note [Shared parameters], then SGD without momentum: castor-bench train's
+// The server's arithmetic is the app's (the round's mean where the pushes
+// lie, S3 of Note [Shared parameters], then SGD without momentum: castor-bench train's
 // settings); the trainers' is the app's too (mlp_loss, backward, on the rows
 // of their shard, the next rows picked while the push is out: S4).
 #include "ps_floor.hpp"
@@ -77,8 +77,9 @@ namespace {
       for (int fd : to_trainer) ok = ok && recv_word(fd, word);
       if (!ok) break;
       for (size_t i = 0; i < params.size(); ++i) {
-        at::lerp_out(sum[i], grads[0][i], grads[1][i], 0.5);
-        for (int64_t t = 2; t < trainers; ++t) sum[i].lerp_(grads[size_t(t)][i], 1.0 / double(t + 1));
+        at::add_out(sum[i], grads[0][i], grads[1][i]);
+        for (int64_t t = 2; t < trainers; ++t) sum[i].add_(grads[size_t(t)][i]);
+        sum[i].mul_(1.0 / double(trainers));
         params[i].add_(sum[i], -lr);
       }
       for (int fd : to_trainer) ok = ok && send_word(fd, s);

@@ -43,9 +43,9 @@
 //       trainer in async mode, where the server steps while others compute
 //       (its replies are clones there).
 //   S3. The server keeps each push as it came until its round is full, and
-//       averages them then in one pass (on this host, where the trainers
-//       wrote them: no copy at the first push, no sum then division at the
-//       last); S1 keeps them unwritten until then. A trainer that died in
+//       averages them then where they lie (on this host, where the trainers
+//       wrote them: no copy at the first push); S1 keeps them unwritten
+//       until then. A trainer that died in
 //       the round leaves its push readable (the server maps its segment).
 //   S4. A trainer picks its next batch's rows while its push is out, as a
 //       data loader prefetches: the round's wait is the server's, and the
@@ -176,7 +176,7 @@ class ParameterServer {
   void load(torch::serialize::InputArchive& archive);
 
  private:
-  void apply(double divisor);
+  void apply();                   // async: SGD's step on pending_grads_
   void apply_round_mean();        // sync: S3 of Note [Shared parameters]; mutex_ held
   void complete_round_if_full();  // sync; mutex_ held
   void set_async_momentum();      // A1; mutex_ held
