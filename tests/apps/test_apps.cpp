@@ -193,16 +193,24 @@ TEST_CASE("parameter-server, default --on-trainer-failure stop: a killed trainer
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(120));
 }
 
-TEST_CASE("parameter server, sync: a round completes without a trainer that left, averaging the pushes it got") {
-  using castor::apps::ps::ParameterServer;
-  using castor::apps::ps::Params;
-  ParameterServer server(3, 4, 0.5, 0.0, 1, true);  // 3 trainers, plain SGD with lr 0.5
-  auto before = server.parameters();
-  auto grads = [&](double v) {
-    Params g;
+// A sync parameter server of 3 trainers on plain SGD with lr 0.5, its
+// parameters as it starts, and gradients of one value in their shapes.
+struct SyncServerOfThree {
+  castor::apps::ps::ParameterServer server{3, 4, 0.5, 0.0, 1, true};
+  castor::apps::ps::Params before = server.parameters();
+  castor::apps::ps::Params grads(double v) const {
+    castor::apps::ps::Params g;
     for (const auto& p : before) g.push_back(at::full_like(p, v));
     return g;
-  };
+  }
+};
+
+TEST_CASE("parameter server, sync: a round completes without a trainer that left, averaging the pushes it got") {
+  using castor::apps::ps::Params;
+  SyncServerOfThree three;
+  auto& server = three.server;
+  const auto& before = three.before;
+  auto grads = [&](double v) { return three.grads(v); };
   auto from1 = server.update(grads(1.0), 0.5, 1);
   auto from2 = server.update(grads(3.0), 0.5, 2);
   CHECK_FALSE(from1.is_done());
@@ -239,15 +247,11 @@ TEST_CASE("parameter server, sync: a round completes without a trainer that left
 }
 
 TEST_CASE("parameter server, sync: a round of three pushes steps on their mean as they lie, and keeps none of them") {
-  using castor::apps::ps::ParameterServer;
   using castor::apps::ps::Params;
-  ParameterServer server(3, 4, 0.5, 0.0, 1, true);  // 3 trainers, plain SGD with lr 0.5
-  auto before = server.parameters();
-  auto grads = [&](double v) {
-    Params g;
-    for (const auto& p : before) g.push_back(at::full_like(p, v));
-    return g;
-  };
+  SyncServerOfThree three;
+  auto& server = three.server;
+  const auto& before = three.before;
+  auto grads = [&](double v) { return three.grads(v); };
   // S3 of Note [Shared parameters]: the pushes are read where they lie once
   // the round is full, so what a push holds then is what counts.
   auto g1 = grads(1.0), g2 = grads(2.0), g3 = grads(6.0);
