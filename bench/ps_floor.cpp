@@ -100,11 +100,7 @@ namespace {
   int64_t epoch = 0, word = 0;
   while (recv_word(server, epoch) && epoch > 0) {
     auto order = ps::shard_order(data.size(), rank, trainers, epoch, cfg.seed);
-    auto rows = [&](int64_t s) {
-      auto idx = order.slice(0, s * cfg.batch, (s + 1) * cfg.batch);
-      return std::make_pair(data.images.index_select(0, idx), data.labels.index_select(0, idx));
-    };
-    auto next = rows(0);
+    auto next = ps::step_rows(data, order, 0, cfg.batch);
     bool ok = true;
     for (int64_t s = 0; s < steps && ok; ++s) {
       auto [images, labels] = std::move(next);
@@ -117,7 +113,7 @@ namespace {
         for (size_t i = 0; i < params.size(); ++i) slot[i].copy_(params[i].grad());
       }
       ok = send_word(server, s);
-      if (ok && s + 1 < steps) next = rows(s + 1);
+      if (ok && s + 1 < steps) next = ps::step_rows(data, order, s + 1, cfg.batch);
       ok = ok && recv_word(server, word);
     }
     if (!ok) break;

@@ -46,6 +46,11 @@ at::Tensor shard_order(int64_t samples, int64_t rank, int64_t trainers, int64_t 
   return shard.index_select(0, at::randperm(shard.numel(), gen, at::kLong));
 }
 
+std::pair<at::Tensor, at::Tensor> step_rows(const Dataset& data, const at::Tensor& order, int64_t step, int64_t batch) {
+  auto idx = order.slice(0, step * batch, (step + 1) * batch);
+  return {data.images.index_select(0, idx), data.labels.index_select(0, idx)};
+}
+
 double epoch_learning_rate(const PsConfig& cfg, int64_t epoch) {
   return cfg.lr * std::pow(cfg.lr_decay, double(epoch - 1));
 }
@@ -288,11 +293,7 @@ class Trainer {
     Params pushed;
     for (const auto& p : params) pushed.push_back(at::empty_like(p));
     share_memory(pushed);
-    auto rows = [&](int64_t s) {
-      auto idx = order.slice(0, s * setup_.batch, (s + 1) * setup_.batch);
-      return std::make_pair(data.images.index_select(0, idx), data.labels.index_select(0, idx));
-    };
-    auto next = rows(0);
+    auto next = step_rows(data, order, 0, setup_.batch);
     double loss_sum = 0;
     for (int64_t s = 0; s < steps; ++s) {
       auto [images, labels] = std::move(next);
@@ -306,7 +307,7 @@ class Trainer {
         for (size_t i = 0; i < params.size(); ++i) pushed[i].copy_(params[i].grad());
       }
       auto round = server.rpc_async(&ParameterServer::update, pushed, l, rank_);
-      if (s + 1 < steps) next = rows(s + 1);  // S4 of Note [Shared parameters]
+      if (s + 1 < steps) next = step_rows(data, order, s + 1, setup_.batch);  // S4 of Note [Shared parameters]
       // The reply: on the server's host a view of its parameters (Note
       // [Shared parameters]), elsewhere this trainer's own copy. Either way
       // it is trained on as it came.
@@ -650,9 +651,9 @@ EpochResult SingleProcessTraining::next_epoch() {
   auto order = shard_order(st.train.size(), 1, 1, epoch, st.cfg.seed);
   double loss_sum = 0;
   for (int64_t s = 0; s < st.steps; ++s) {
-    auto idx = order.slice(0, s * st.batch, (s + 1) * st.batch);
+    auto [images, labels] = step_rows(st.train, order, s, st.batch);
     st.sgd->zero_grad();
-    auto loss = mlp_loss(st.params, st.train.images.index_select(0, idx), st.train.labels.index_select(0, idx));
+    auto loss = mlp_loss(st.params, images, labels);
     loss.backward();
     st.sgd->step();
     loss_sum += loss.item<double>();

@@ -101,6 +101,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "actors/api/future.hpp"
@@ -210,6 +211,8 @@ double async_momentum(double asked, int64_t trainers);
 /// trainers-th sample from rank-1 on, shuffled with a seed of (seed, epoch,
 /// rank), so that every run of the same settings agrees.
 at::Tensor shard_order(int64_t samples, int64_t rank, int64_t trainers, int64_t epoch, int64_t seed);
+/// The images and labels of step `step`'s `batch` rows of `order`.
+std::pair<at::Tensor, at::Tensor> step_rows(const Dataset& data, const at::Tensor& order, int64_t step, int64_t batch);
 /// lr * lr_decay^(epoch-1).
 double epoch_learning_rate(const PsConfig& cfg, int64_t epoch);
 /// Rounds per epoch; throws naming the settings when there are too few samples.

@@ -205,12 +205,8 @@ struct SyncServerOfThree {
   }
 };
 
-TEST_CASE("parameter server, sync: a round completes without a trainer that left, averaging the pushes it got") {
+TEST_CASE_FIXTURE(SyncServerOfThree, "parameter server, sync: a round completes without a trainer that left, averaging the pushes it got") {
   using castor::apps::ps::Params;
-  SyncServerOfThree three;
-  auto& server = three.server;
-  const auto& before = three.before;
-  auto grads = [&](double v) { return three.grads(v); };
   auto from1 = server.update(grads(1.0), 0.5, 1);
   auto from2 = server.update(grads(3.0), 0.5, 2);
   CHECK_FALSE(from1.is_done());
@@ -246,12 +242,8 @@ TEST_CASE("parameter server, sync: a round completes without a trainer that left
   for (size_t i = 0; i < final_params.size(); ++i) CHECK(at::allclose(final_params[i], next[i] - 0.5 * 2.0));
 }
 
-TEST_CASE("parameter server, sync: a round of three pushes steps on their mean as they lie, and keeps none of them") {
+TEST_CASE_FIXTURE(SyncServerOfThree, "parameter server, sync: a round of three pushes steps on their mean as they lie, and keeps none of them") {
   using castor::apps::ps::Params;
-  SyncServerOfThree three;
-  auto& server = three.server;
-  const auto& before = three.before;
-  auto grads = [&](double v) { return three.grads(v); };
   // S3 of Note [Shared parameters]: the pushes are read where they lie once
   // the round is full, so what a push holds then is what counts.
   auto g1 = grads(1.0), g2 = grads(2.0), g3 = grads(6.0);
