@@ -484,6 +484,13 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
   auto warm = at::rand({int64_t(1) << 18});
   CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", warm), warm));
   REQUIRE(eventually([&] { return stats.bulk_sent.load() == 1; }));  // the link is idle again
+  // Idle once its writer counted `bulk` frames and `lane` small calls after
+  // `warm`: a writer counts a frame once it has let go of the link, which
+  // can be after the call's reply came (a loaded machine, CI's -j2).
+  const auto lane_before = stats.lane_sent.load();
+  auto idle = [&](uint64_t bulk, uint64_t lane) {
+    return eventually([&] { return stats.bulk_sent.load() == bulk && stats.lane_sent.load() == lane_before + lane; });
+  };
 
   // A revocation while the link stays up (another link of this process
   // broke): worker1 finds its copy revoked and takes the bytes instead.
@@ -497,7 +504,7 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
   CHECK(at::equal(echo.wait(milliseconds(30000)), first));
   CHECK(w.rpc_sync<int64_t>("worker1", "copies_revoked_here") == 1);
   // The link is still same-host: the next head leaves from here too, and its copy holds.
-  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 2; }));
+  REQUIRE(idle(2, 1));
   heads = stats.heads_by_sender.load();
   auto second = at::full({int64_t(1) << 20}, 4.f);
   CHECK(at::equal(w.rpc_sync<at::Tensor>("worker1", "identity", second), second));
@@ -506,7 +513,7 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
 
   // A frame of views (SH4 of Note [Shared tensors]) revoked the same way:
   // its bytes come after all, into worker1's own memory, not its view.
-  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 3; }));
+  REQUIRE(idle(3, 2));
   auto shared = castor::share_memory(at::full({int64_t(1) << 20}, 5.f));
   REQUIRE(pair.child->freeze());
   heads = stats.heads_by_sender.load();
@@ -522,7 +529,7 @@ TEST_CASE("a same-host copy that its sender revoked is never delivered: a live l
   // The link breaks while worker1 has not copied yet: the call fails, the
   // caller writes into its tensor, and worker1, copying after that, must
   // not run the call on what it finds.
-  REQUIRE(eventually([&] { return stats.bulk_sent.load() == 5; }));
+  REQUIRE(idle(5, 4));
   REQUIRE(pair.child->freeze());
   const auto revocations = bulk::revocations_so_far();
   heads = stats.heads_by_sender.load();
