@@ -1,8 +1,9 @@
 // SyncRoundFloor (ps_floor.hpp): the parameter-server job with no framework.
 // The server's arithmetic is the app's (the round's mean where the pushes
-// lie, S3 of Note [Shared parameters], then SGD without momentum: castor-bench train's
-// settings); the trainers' is the app's too (mlp_loss, backward, on the rows
-// of their shard, the next rows picked while the push is out: S4).
+// lie, S3 of Note [Shared parameters], and SGD without momentum, castor-bench
+// train's settings, in the same pass, S5); the trainers' is the app's too
+// (mlp_loss, backward, on the rows of their shard, the next rows picked
+// while the push is out: S4).
 #include "ps_floor.hpp"
 
 #include <sys/mman.h>
@@ -20,6 +21,7 @@
 #include <ATen/core/grad_mode.h>
 
 #include "apps/common/blas_threads.hpp"
+#include "apps/parameter_server/round_step.hpp"
 #include "floors.hpp"
 
 namespace castor::bench {
@@ -66,8 +68,8 @@ namespace {
   at::NoGradGuard no_grad;
   int64_t trainers = int64_t(to_trainer.size());
   int64_t steps = ps::steps_per_epoch(samples, trainers, cfg.batch);
-  ps::Params sum;
-  for (const auto& p : params) sum.push_back(at::empty_like(p));
+  std::vector<const ps::Params*> pushes;
+  for (const auto& g : grads) pushes.push_back(&g);
   int64_t epoch = 0, word = 0;
   while (recv_word(control, epoch) && epoch > 0) {
     double lr = ps::epoch_learning_rate(cfg, epoch);
@@ -76,12 +78,7 @@ namespace {
     for (int64_t s = 0; s < steps && ok; ++s) {
       for (int fd : to_trainer) ok = ok && recv_word(fd, word);
       if (!ok) break;
-      for (size_t i = 0; i < params.size(); ++i) {
-        at::add_out(sum[i], grads[0][i], grads[1][i]);
-        for (int64_t t = 2; t < trainers; ++t) sum[i].add_(grads[size_t(t)][i]);
-        sum[i].mul_(1.0 / double(trainers));
-        params[i].add_(sum[i], -lr);
-      }
+      ps::step_on_round_mean(params, pushes, lr, 0, {});
       for (int fd : to_trainer) ok = ok && send_word(fd, s);
     }
     if (!ok || !send_word(control, steps)) break;

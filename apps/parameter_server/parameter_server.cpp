@@ -25,6 +25,7 @@
 #include "apps/common/progress.hpp"
 #include "apps/common/owner_recovery.hpp"
 #include "apps/common/rejoin_wait.hpp"
+#include "apps/parameter_server/round_step.hpp"
 #include "actors/api/shared_memory.hpp"
 #include "optimizer/checkpoint.hpp"
 #include "rref/class_registry.hpp"
@@ -77,6 +78,7 @@ ParameterServer::ParameterServer(int64_t trainers, int64_t hidden, double lr, do
   }
   // Note [Shared parameters]: sync rounds hand trainers on this host a view.
   if (sync_) share_memory(params_);
+  for (const auto& p : params_) replies_.push_back(p.detach());
   optimizer_ = std::make_unique<torch::optim::SGD>(params_, torch::optim::SGDOptions(lr).momentum(momentum));
   if (!sync_) set_async_momentum();
 }
@@ -138,9 +140,7 @@ void ParameterServer::complete_round_if_full() {
   apply_round_mean();  // a dead trainer's push before it died counts (Note [Trainer failure])
   pushed_.clear();
   round_ = Promise<Params>();
-  Params out;  // Note [Shared parameters]: the parameters themselves
-  for (const auto& p : params_) out.push_back(p.detach());
-  round.set_value(std::move(out));
+  round.set_value(replies_);  // Note [Shared parameters]: the parameters themselves
 }
 
 int64_t ParameterServer::trainer_left(int64_t trainer) {
@@ -168,15 +168,54 @@ void ParameterServer::apply() {
   optimizer_->step();
 }
 
-// S3 of Note [Shared parameters]: the mean of the pushes as they lie, their
-// sum then a product (ATen on one thread, 100 k floats: 18 us, where lerp_
-// took 60 and a division 29); a lone push is its own mean. In the trainers'
-// order, not the pushes': a run must repeat itself exactly (a resumed run
-// is the undisturbed one, Note [Parameter-server checkpoints]).
+// S3 of Note [Shared parameters]: the mean of the pushes as they lie, in
+// the trainers' order, not the pushes': a run must repeat itself exactly (a
+// resumed run is the undisturbed one, Note [Parameter-server checkpoints]).
+// S5: the mean and SGD's step in one pass (round_step.hpp), SGD's momentum
+// buffers kept where SGD keeps them (its state, which save() writes); ATen's
+// ops for what that pass does not take.
 void ParameterServer::apply_round_mean() {
   at::NoGradGuard no_grad;
   std::vector<const Params*> pushes;
   for (const auto& [trainer, grads] : round_grads_) pushes.push_back(&grads);
+  auto& options = static_cast<torch::optim::SGDOptions&>(optimizer_->param_groups().front().options());
+  bool plain_sgd = options.dampening() == 0 && !options.nesterov() && options.weight_decay() == 0;
+  auto buffers = plain_sgd && options.momentum() != 0 ? momentum_buffers() : std::vector<MomentumBuffer>{};
+  if (plain_sgd && fits_round_step(params_, pushes, buffers)) {
+    step_on_round_mean(params_, pushes, options.lr(), options.momentum(), buffers);
+    for (size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i].first) keep_momentum_buffer(params_[i], buffers[i].buffer);
+  } else {
+    apply_round_mean_with_aten(pushes);
+  }
+  round_grads_.clear();  // the pushes go back to their trainers with the reply: none is held past it
+}
+
+// SGD's momentum buffer of each parameter, as torch::optim::SGD::step finds
+// it (its state, by the parameter's TensorImpl); a fresh one, to be filled
+// by the step, where it has none yet.
+std::vector<MomentumBuffer> ParameterServer::momentum_buffers() {
+  std::vector<MomentumBuffer> out;
+  for (const auto& p : params_) {
+    auto it = optimizer_->state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    if (it == optimizer_->state().end())
+      out.push_back({at::empty_like(p, at::MemoryFormat::Contiguous), true});
+    else
+      out.push_back({static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer(), false});
+  }
+  return out;
+}
+
+void ParameterServer::keep_momentum_buffer(const at::Tensor& param, const at::Tensor& buffer) {
+  auto state = std::make_unique<torch::optim::SGDParamState>();
+  state->momentum_buffer(buffer);
+  optimizer_->state()[c10::guts::to_string(param.unsafeGetTensorImpl())] = std::move(state);
+}
+
+// The mean as a sum then a product (ATen on one thread, 100 k floats: 18 us,
+// where lerp_ took 60 and a division 29), then SGD's own step; a lone push
+// is its own mean.
+void ParameterServer::apply_round_mean_with_aten(const std::vector<const Params*>& pushes) {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (pushes.size() == 1) {
       params_[i].mutable_grad() = (*pushes[0])[i];
@@ -188,9 +227,7 @@ void ParameterServer::apply_round_mean() {
     params_[i].mutable_grad() = pending_grads_[i];
   }
   optimizer_->step();
-  // The pushes go back to their trainers with the reply: none is held past it.
   for (auto& p : params_) p.mutable_grad() = at::Tensor();
-  round_grads_.clear();
 }
 
 int64_t ParameterServer::updates() const {

@@ -46,7 +46,8 @@ void extract(Value& v, size_t threshold, IdGenerator<TransferId>& ids, std::vect
   ext.dtype = int8_t(*wire::to_wire_dtype(t.scalar_type()));
   ext.sizes = t.sizes().vec();
   ext.requires_grad = t.requires_grad();
-  out.push_back(t.detach().contiguous());
+  // detach() is a dispatched op and an autograd view: only for a tensor that has a graph to cut.
+  out.push_back(t.requires_grad() ? t.detach().contiguous() : t.contiguous());
   v = Value(std::move(ext));
 }
 
