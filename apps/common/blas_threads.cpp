@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <thread>
+
 namespace castor::apps {
 
 bool set_openblas_threads(int n) {
@@ -23,6 +26,14 @@ int openblas_threads() {
 void keep_openblas_to_one_thread() {
   static const bool done = set_openblas_threads(1);
   (void)done;
+}
+
+WholeOpenblasPool::WholeOpenblasPool() : before_(openblas_threads()) {
+  if (before_ > 0) set_openblas_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+}
+
+WholeOpenblasPool::~WholeOpenblasPool() {
+  if (before_ > 0) set_openblas_threads(before_);
 }
 
 }  // namespace castor::apps

@@ -21,4 +21,19 @@ int openblas_threads();
 /// other workers need (bench/README.md, "OpenBLAS's own threads").
 void keep_openblas_to_one_thread();
 
+/// For a single-process reference (castor-bench's, beside a world whose
+/// rank 0 keeps the pool to one thread in the same process): OpenBLAS's
+/// whole pool, a thread per core, while it lives, as a process of its own
+/// would have; the pool as it was after.
+class WholeOpenblasPool {
+ public:
+  WholeOpenblasPool();
+  ~WholeOpenblasPool();
+  WholeOpenblasPool(const WholeOpenblasPool&) = delete;
+  WholeOpenblasPool& operator=(const WholeOpenblasPool&) = delete;
+
+ private:
+  int before_;  // 0: no OpenBLAS here
+};
+
 }  // namespace castor::apps

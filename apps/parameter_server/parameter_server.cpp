@@ -680,8 +680,7 @@ EpochResult SingleProcessTraining::next_epoch() {
   // The reference multiplies on OpenBLAS's whole pool, as a process of its
   // own would (its fastest), even in a process whose parameter server keeps
   // the pool to one thread (castor-bench's).
-  int blas_before = openblas_threads();
-  if (blas_before > 0) set_openblas_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  WholeOpenblasPool whole_pool;
   for (auto& group : st.sgd->param_groups())
     static_cast<torch::optim::SGDOptions&>(group.options()).lr(epoch_learning_rate(st.cfg, epoch));
   auto start = Clock::now();
@@ -702,7 +701,6 @@ EpochResult SingleProcessTraining::next_epoch() {
   r.train_loss = loss_sum / double(st.steps);
   r.test = evaluate(st.params, st.test);
   at::set_num_threads(threads_before);  // a worker of this process may run its ops on fewer
-  if (blas_before > 0) set_openblas_threads(blas_before);
   return r;
 }
 

@@ -439,6 +439,9 @@ CurvePoint SingleProcessPipeline::next_epoch() {
   auto& s = *state_;
   int before = at::get_num_threads();
   at::set_num_threads(s.threads);
+  // As the parameter server's reference: OpenBLAS's whole pool, even where
+  // castor-bench's rank 0 kept it to one thread for a server before.
+  WholeOpenblasPool whole_pool;
   auto train_step = [&](const at::Tensor& images, const at::Tensor& labels) {
     s.sgd.zero_grad();
     auto loss = loss_of(s.second(s.first(images)), labels);
