@@ -81,7 +81,7 @@ class Executor : public std::enable_shared_from_this<Executor> {
 
  private:
   void spawn_locked();
-  void add_runnable_locked();
+  [[nodiscard]] bool add_runnable_locked();  // true: notify work_cv_ (E6)
   void thread_main();
   void enter_blocking();
   void leave_blocking();
