@@ -292,6 +292,8 @@ void report(const std::vector<Figure>& figures, const Options& opts) {
   }
 }
 
+void let_reference_blas_settle() { std::this_thread::sleep_for(std::chrono::milliseconds(250)); }
+
 std::vector<int> reference_thread_counts() {
   int cores = int(std::max(1u, std::thread::hardware_concurrency()));
   return cores > 1 ? std::vector<int>{1, cores} : std::vector<int>{1};

@@ -111,6 +111,12 @@ inline int train_epochs(int reps) { return 2 + reps; }
 /// parameter-server MLP ran 3-4x slower on 2 threads than on 1).
 std::vector<int> reference_thread_counts();
 
+/// After a single-process reference's epoch, before castor's next one:
+/// the reference's OpenBLAS threads spin in sched_yield for about 0.1 s
+/// after its last product, so castor's epoch starts once they sleep (as the
+/// floor's starts with castor's trainers asleep).
+void let_reference_blas_settle();
+
 /// Runs `run(threads)` (samples/s) for each of reference_thread_counts(),
 /// adds a figure `<prefix>_<n>t_samples_per_s` for each, and returns the best.
 double best_reference(const std::string& prefix, const std::function<double(int)>& run, std::vector<Figure>& out);

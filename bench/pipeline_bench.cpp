@@ -17,12 +17,10 @@
 //    arithmetic alone lets four micro-batches pay. Issue 21's pipeline
 //    targets are read on it (bench/README.md).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "apps/pipeline/pipeline.hpp"
@@ -63,10 +61,7 @@ void run_model(Worker& driver, apps::pipeline::PipelineConfig cfg, Reference& re
                std::vector<Figure>& out) {
   auto reference_epoch = [&](const apps::CurvePoint&) {
     reference.rates.push_back(reference.model->next_epoch().samples_per_s);
-    // Its OpenBLAS threads spin in sched_yield for about 0.1 s after its
-    // last product: the pipeline's next epoch starts once they sleep (as
-    // castor-bench train's does).
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    let_reference_blas_settle();
   };
   std::map<int64_t, double> rates;
   for (int64_t micro : {1, 4, 8}) {

@@ -7,9 +7,7 @@
 // messages, the limit castor's figure is read against. And the job itself
 // with no framework (SyncRoundFloor: shared memory, a byte per hop), what a
 // synchronous round on these processes allows.
-#include <chrono>
 #include <map>
-#include <thread>
 
 #include "apps/parameter_server/parameter_server.hpp"
 #include "bench_suites.hpp"
@@ -67,10 +65,7 @@ std::vector<Figure> bench_train(const Options& opts) {
       reference_rates[threads].push_back(r.samples_per_s);
       single_accuracy = r.test.accuracy;
     }
-    // The reference's OpenBLAS threads spin in sched_yield for about 0.1 s
-    // after its last product: castor's next epoch starts once they sleep,
-    // as the floor's starts with castor's trainers asleep.
-    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    let_reference_blas_settle();
   });
   double single = best_reference("train_single_process", [&](int threads) { return median(reference_rates[threads]); },
                                  out);

@@ -10,7 +10,6 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
-#include <thread>
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
