@@ -47,6 +47,9 @@ struct MethodEntry {
   // Note [Restartable values], RS7: running it twice is the same as once, so
   // a call that its owner's death cut off runs again on the next life.
   bool idempotent = false;
+  // Note [Methods run on arrival]: short, never waits; runs on the thread
+  // that hands the call to its object, not on the executor.
+  bool on_arrival = false;
   // Runs the method on `object` (a T*); same rules as Invoker.
   std::function<void(void* object, std::vector<Value>&& args, Completion done)> invoke;
 };
@@ -153,7 +156,8 @@ std::string member_pointer_key(M m) {
 }
 
 /// What CASTOR_CLASS(T) starts: `.constructor<Args...>()`, `.method(name, &T::m)`,
-/// `.concurrent()`; each returns the builder, so the calls chain.
+/// `.idempotent(name)`, `.runs_on_arrival(name)`, `.concurrent()`; each
+/// returns the builder, so the calls chain.
 template <class T>
 class ClassBuilder {
  public:
@@ -221,6 +225,22 @@ class ClassBuilder {
                                                "\") names no method registered before it");
     else
       it->second.idempotent = true;
+    return *this;
+  }
+
+  /// Note [Methods run on arrival] (rref/owner_rref_actor.cpp): method
+  /// `name` (registered above) is short and never waits on a Future, so a
+  /// call to it runs on the thread that hands it to the object (usually the
+  /// one that read it from the link) instead of waking an executor thread.
+  /// It still runs one at a time with the object's other calls; a wait
+  /// inside it fails the call, naming the method.
+  ClassBuilder& runs_on_arrival(const char* name) {
+    auto it = entry_->methods.find(name);
+    if (it == entry_->methods.end())
+      FunctionRegistry::instance().add_problem("class '" + entry_->name + "': runs_on_arrival(\"" + name +
+                                               "\") names no method registered before it");
+    else
+      it->second.on_arrival = true;
     return *this;
   }
 

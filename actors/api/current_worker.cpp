@@ -27,7 +27,7 @@ std::vector<Worker*>& process_workers() {
 }
 }  // namespace
 
-void set_thread_worker(Worker* w) { tl_worker = w; }
+Worker* set_thread_worker(Worker* w) { return std::exchange(tl_worker, w); }
 
 void register_process_worker(Worker* view) {
   std::lock_guard<std::mutex> lock(process_mutex());

@@ -10,8 +10,9 @@ class Worker;
 Worker& current_worker();
 
 namespace detail {
-/// Set on executor threads (and cleared) by the worker that owns them.
-void set_thread_worker(Worker* w);
+/// Set on executor threads (and cleared) by the worker that owns them, and
+/// around a method run on arrival; returns the thread's worker before.
+Worker* set_thread_worker(Worker* w);
 /// Tracks live owning Workers of this process, for the one-Worker fallback.
 void register_process_worker(Worker* view);
 void unregister_process_worker(Worker* view);

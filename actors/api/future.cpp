@@ -13,6 +13,14 @@
 namespace castor::detail {
 
 WaitGuard::WaitGuard() : scope_(nullptr) {
+  // M2 of Note [Methods run on arrival]: first, since such a method may run
+  // on a CAF thread too, and this says why better.
+  if (const auto* m = arrival_method())
+    throw RpcError(ErrorInfo{ErrorKind::Remote, *m->worker,
+                             "worker " + *m->worker + ": method '" + *m->method +
+                                 "' runs on arrival (CASTOR_CLASS(...).runs_on_arrival) and must not wait on a "
+                                 "Future: the thread it runs on may be the one that reads that Future's reply; "
+                                 "use then(), or register the method without runs_on_arrival"});
   if (on_caf_thread())
     throw RpcError(ErrorInfo{ErrorKind::Internal, "",
                              "castor: a blocking wait on a CAF scheduler thread would stall the actor system; "
@@ -72,10 +80,11 @@ WaitGuard::~WaitGuard() { delete static_cast<Executor::BlockingScope*>(scope_); 
 //      an executor thread, the reply now leaves from that thread, as it
 //      would from the posted task; completed elsewhere (a user's thread, the
 //      receiver), it is posted as before, so no thread that must not wait
-//      sends it.
+//      sends it; except from a method running on arrival (M3 of Note
+//      [Methods run on arrival]), which sends its replies itself.
 void FutureCore::add_executor_callback(std::function<void()> cb) {
   add_inline_callback([this, cb = std::move(cb)]() mutable {
-    if (Executor::current())
+    if (Executor::current() || arrival_method())
       cb();
     else
       run(std::move(cb));

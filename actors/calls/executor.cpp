@@ -276,4 +276,9 @@ bool Executor::idle() const {
   return queue_.empty() && running_ == 0;
 }
 
+bool Executor::accepting() const {
+  std::lock_guard<std::mutex> lock(mtx_);
+  return !stopping_;
+}
+
 }  // namespace castor::detail

@@ -77,6 +77,10 @@ class Executor : public std::enable_shared_from_this<Executor> {
   /// No task queued or running.
   bool idle() const;
 
+  /// Not stopped: user code may still run for this worker (M4 of Note
+  /// [Methods run on arrival] asks before it runs a method off the pool).
+  bool accepting() const;
+
   const Options& options() const { return opts_; }
 
  private:

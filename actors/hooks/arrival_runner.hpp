@@ -40,7 +40,9 @@ namespace castor::detail {
 //     running actor has returned. A delivery on a thread that is already
 //     running a runner (from a handler) joins that runner's queue.
 //  D3 What runs this way never blocks and never runs user code (P1 of Note
-//     [Where actors run]): nodes that are not light go to the executor.
+//     [Where actors run]): nodes that are not light go to the executor. The
+//     one exception is a method its class marked runs_on_arrival, short and
+//     never waiting (M2 enforces the second): Note [Methods run on arrival].
 //  D4 CAF's own threads (the multiplexer, the scheduler's, the clock) are
 //     execution units already; a delivery from one of them (a gradient or an
 //     RRef control message that came through BASP before the lane opened, a

@@ -55,6 +55,10 @@ class WorkerServices {
   caf::actor_system& system() const;
   /// Runs user code or blocking work on the executor; false if it refused.
   bool post(Executor::Task task, Executor::Task reject = {}) const;
+  /// Runs short user code that never waits on this thread, as this worker's
+  /// (current_worker()), unless the executor has stopped taking work: then
+  /// false, and `task` did not run (Note [Methods run on arrival]).
+  bool run_here(const Executor::Task& task) const;
   /// Where then-callbacks of this worker's futures run.
   CallbackRunner callback_runner() const;
 

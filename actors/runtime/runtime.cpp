@@ -7,6 +7,7 @@
 
 #include <caf/send.hpp>
 
+#include "actors/api/current_worker.hpp"
 #include "actors/api/worker.hpp"
 #include "actors/calls/call_dispatch.hpp"
 #include "actors/observe/inspector.hpp"
@@ -104,6 +105,16 @@ bool WorkerServices::running() const { return rt_.state.load() != RunState::stop
 caf::actor_system& WorkerServices::system() const { return *rt_.system; }
 bool WorkerServices::post(Executor::Task task, Executor::Task reject) const {
   return rt_.post(std::move(task), std::move(reject));
+}
+bool WorkerServices::run_here(const Executor::Task& task) const {
+  if (!rt_.executor || !rt_.executor->accepting()) return false;
+  struct ThisWorker {  // current_worker() in `task` is this worker, as on its executor's threads
+    Worker* outer;
+    explicit ThisWorker(Worker* w) : outer(set_thread_worker(w)) {}
+    ~ThisWorker() { set_thread_worker(outer); }
+  } scope(&worker());
+  task();
+  return true;
 }
 CallbackRunner WorkerServices::callback_runner() const { return rt_.callback_runner(); }
 void WorkerServices::start_call(WorkerId to, CallRequest&& req, std::chrono::milliseconds timeout,

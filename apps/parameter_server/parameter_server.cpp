@@ -287,6 +287,7 @@ CASTOR_CLASS(ParameterServer)
     .constructor<int64_t, int64_t, double, double, int64_t, bool>()
     .method("parameters", &ParameterServer::parameters)
     .method("update", &ParameterServer::update)
+    .runs_on_arrival("update")  // it stores a push, or runs the round's pass and replies: Note [Methods run on arrival]
     .checkpointed();
 
 namespace castor::apps::ps {

@@ -58,6 +58,11 @@
 //       not float or contiguous, SGD options the app never sets). A round
 //       replies with aliases of the parameters made once (detach() is a
 //       dispatched op and an autograd view each time).
+//   S6. update() runs on arrival (Note [Methods run on arrival]): the
+//       server's link reader stores a push, and on a round's last push runs
+//       the pass and sends the replies, with no executor thread woken. It
+//       waits on no Future; the mutex is held only briefly by others
+//       during a round (the driver's progress, a trainer's departure).
 //
 // Note [Trainer failure]
 // --on-trainer-failure stop (the default): the server's call to a dead

@@ -102,6 +102,29 @@ TEST_CASE("a killed worker's context, forks and calls are released on the surviv
   CHECK(child.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
 }
 
+// Note [Methods run on arrival]: a pusher killed while its push waits in a
+// round; the round completes without it and its reply goes nowhere.
+TEST_CASE("a worker killed while its push waits in a round run on arrival: the owner serves on and releases its fork") {
+  auto port = test::free_port();
+  test::ChildWorker child(1, 2, port);
+  auto w0 = init_rpc(test::local_options(0, 2, port));
+  auto round = w0.remote<ArrivalRound>("worker0", "ArrivalRound", int64_t(2));
+  auto theirs = w0.rpc_async<int64_t>("worker1", "push_to_round", round, int64_t(3));  // worker1 pushes 3 and waits
+  CHECK(eventually([&] { return round.rpc_sync<std::vector<int64_t>>("log") == std::vector<int64_t>{3}; },
+                   milliseconds(20000)));
+  child.kill();
+  CHECK(contains(error_of<UnreachableError>([&] { theirs.wait(milliseconds(20000)); }), "worker worker1 is unreachable"));
+  CHECK(eventually([&] { return w0.rref_debug_info().at("num_forks") == 0; }, milliseconds(10000)));
+  // The dead worker's push counts; the round's last push completes it.
+  CHECK(round.rpc_sync<int64_t>("push", int64_t(4)) == 7);
+  auto five = round.rpc_async<int64_t>("push", int64_t(5));
+  CHECK(round.rpc_sync<int64_t>("close") == 1);
+  CHECK(five.wait(milliseconds(20000)) == 5);
+  CHECK(round.rpc_sync<std::vector<int64_t>>("log") == std::vector<int64_t>{3, 4, 5});
+  CHECK(contains(error_of<UnreachableError>([&] { w0.shutdown(); }), "worker worker1 is unreachable"));
+  CHECK(child.wait_exit(milliseconds(10000)) == 128 + SIGKILL);
+}
+
 TEST_CASE("a worker that goes silent without closing its sockets is found dead within the connection timeout") {
   // Note [Silent peers]: the child runs with castor's defaults (heartbeats
   // on); we drop a link silent for 5 s instead of 30 s to keep this short.

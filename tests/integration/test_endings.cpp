@@ -84,6 +84,9 @@ TEST_CASE("owner and user RRefs left live at the end (one in a static): both pro
 TEST_CASE("a call still running at the end: both processes exit 0, whatever the ending") {
   check_every_ending("pending");
 }
+TEST_CASE("a push waiting in a round of a method run on arrival at the end: both processes exit 0, whatever the ending") {
+  check_every_ending("arrival_round");
+}
 TEST_CASE("a distributed optimizer with a step in flight at the end: both processes exit 0") {
   check_every_ending("optimizer");
 }

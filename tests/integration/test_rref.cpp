@@ -322,6 +322,69 @@ TEST_CASE("a method blocked in a nested call does not stall the owner's other ob
   CHECK(blocked.wait(milliseconds(20000)) == 1);
 }
 
+// Note [Methods run on arrival]: ArrivalRound's push, close, whose, raise
+// and wait_inside run on the thread that hands the call to the object.
+TEST_CASE("a method run on arrival: a round of pushes from two workers completes both calls, round after round (M1, M3)") {
+  LocalWorld world(3);
+  auto round = world[0].remote<ArrivalRound>("worker1", "ArrivalRound", 2);
+  int64_t expected_log = 0;
+  for (int64_t r = 1; r <= 40; ++r) {
+    CAPTURE(r);
+    auto a = round.rpc_async<int64_t>("push", r);
+    auto b = world[0].rpc_async<int64_t>("worker2", "push_to_round", round, 100 * r);  // worker2 pushes
+    CHECK(a.wait(milliseconds(20000)) == 101 * r);
+    CHECK(b.wait(milliseconds(20000)) == 101 * r);
+    expected_log += 2;
+  }
+  CHECK(int64_t(round.rpc_sync<std::vector<int64_t>>("log").size()) == expected_log);
+  // A round that is not full waits; close() ends it with what it has.
+  auto lone = round.rpc_async<int64_t>("push", 7);
+  CHECK(round.rpc_sync<int64_t>("close") == 1);
+  CHECK(lone.wait(milliseconds(20000)) == 7);
+  // M4: user code of the owner's worker, which current_worker() names.
+  CHECK(round.rpc_sync<std::string>("whose") == "worker1");
+}
+
+TEST_CASE("a method run on arrival waits its turn behind the object's running call (M1)") {
+  LocalWorld world(2);
+  auto& gate = test::gate("arrival behind a held object");
+  gate.reset();
+  test::OpenOnExit opener{gate};
+  auto round = world[0].remote<ArrivalRound>("worker1", "ArrivalRound", 1);
+  auto held = round.rpc_async<int64_t>("hold_at", "arrival behind a held object");
+  REQUIRE(gate.wait_arrived(1, milliseconds(20000)));  // hold_at now has the object, on the executor
+  std::vector<Future<int64_t>> pushes;
+  for (int64_t v = 1; v <= 3; ++v) pushes.push_back(round.rpc_async<int64_t>("push", v));
+  std::this_thread::sleep_for(milliseconds(200));  // time for them to arrive and queue
+  for (auto& p : pushes) CHECK_FALSE(p.is_done());
+  gate.open();
+  CHECK(held.wait(milliseconds(20000)) == -1);
+  for (int64_t v = 1; v <= 3; ++v) CHECK(pushes[size_t(v - 1)].wait(milliseconds(20000)) == v);
+  // The pushes ran after the held call, each on its own (a round of 1). Their
+  // own order is the order they arrived in, which the switch from CAF to the
+  // link may change (B10 of Note [Bulk path]).
+  auto log = round.rpc_sync<std::vector<int64_t>>("log");
+  REQUIRE(log.size() == 4);
+  CHECK(log[0] == -1);
+  std::sort(log.begin() + 1, log.end());
+  CHECK(log == std::vector<int64_t>{-1, 1, 2, 3});
+}
+
+TEST_CASE("a method run on arrival that waits on a Future, or throws, fails its call naming worker and method, and the object serves on (M2, M4)") {
+  LocalWorld world(3);
+  auto round = world[0].remote<ArrivalRound>("worker1", "ArrivalRound", 1);
+  auto waited = error_of<RemoteError>([&] { round.rpc_sync<int64_t>("wait_inside", "worker2"); });
+  CHECK(contains(waited, "worker worker1: method 'ArrivalRound.wait_inside' runs on arrival"));
+  CHECK(contains(waited, "must not wait on a Future"));
+  auto raised = error_of<RemoteError>([&] { round.rpc_sync<int64_t>("raise", "no such round"); });
+  CHECK(contains(raised, "worker worker1"));
+  CHECK(contains(raised, "method 'ArrivalRound.raise' raised: no such round"));
+  CHECK(contains(error_of<TypeError>([&] { round.rpc_sync<int64_t>("push", "x"); }),
+                 "method 'ArrivalRound.push' argument 1: expected int64, got string"));
+  CHECK(round.rpc_sync<int64_t>("push", 5) == 5);
+  CHECK(round.rpc_sync<std::vector<int64_t>>("log") == std::vector<int64_t>{5});
+}
+
 TEST_CASE("argument conversion: T->T, T->RRef<T>, RRef<T>->T, RRef<T>->RRef<T>") {
   LocalWorld world(3);
   auto t = at::full({2}, 3.0);

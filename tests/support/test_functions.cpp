@@ -293,6 +293,25 @@ CASTOR_CLASS(Counter)
     .idempotent("get")       // RS7 of Note [Restartable values]
     .idempotent("wait_at");  // the same nested call again
 
+CASTOR_CLASS(ArrivalRound)
+    .constructor<int64_t>()
+    .method("push", &ArrivalRound::push)
+    .method("close", &ArrivalRound::close)
+    .method("close_in", &ArrivalRound::close_in)
+    .method("hold_at", &ArrivalRound::hold_at)
+    .method("log", &ArrivalRound::log)
+    .method("whose", &ArrivalRound::whose)
+    .method("raise", &ArrivalRound::raise)
+    .method("wait_inside", &ArrivalRound::wait_inside)
+    .runs_on_arrival("push")  // Note [Methods run on arrival]
+    .runs_on_arrival("close")
+    .runs_on_arrival("whose")
+    .runs_on_arrival("raise")
+    .runs_on_arrival("wait_inside");
+
+// Pushes `v` into the round from this worker (a nested call: it waits).
+CASTOR_FUNCTION(push_to_round, [](RRef<ArrivalRound> r, int64_t v) { return r.rpc_sync<int64_t>("push", v); });
+
 // Restartable values (Note [Restartable values]): a Counter RRef kept on a
 // worker between calls, and a value that a second life refuses to make.
 std::mutex held_counters_mtx;

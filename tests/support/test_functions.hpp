@@ -14,6 +14,8 @@ class InputArchive;
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <ATen/ATen.h>
 
@@ -102,6 +104,58 @@ class Counter {
  private:
   int64_t value_;
   bool overlapped_ = false;
+};
+
+// Note [Methods run on arrival]: rounds of pushes kept as a parameter
+// server keeps them. push, close, whose, raise and wait_inside are
+// registered runs_on_arrival; close_in and hold_at run on the executor.
+class ArrivalRound {
+ public:
+  explicit ArrivalRound(int64_t size) : size_(size) {}
+  /// Completes with the round's sum once `size` pushes came (or close()):
+  /// the last push completes every pusher's call, on the thread it runs on.
+  castor::Future<int64_t> push(int64_t v) {
+    log_.push_back(v);
+    sum_ += v;
+    auto round = round_.future();
+    if (++pushed_ == size_) close();
+    return round;
+  }
+  /// Ends the round with the pushes it has; returns how many there were.
+  int64_t close() {
+    auto round = round_;
+    auto pushed = pushed_;
+    round_ = castor::Promise<int64_t>();
+    pushed_ = 0;
+    round.set_value(std::exchange(sum_, 0));
+    return pushed;
+  }
+  /// On the executor: holds the object for `ms`, then closes the round.
+  int64_t close_in(int64_t ms) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    return close();
+  }
+  /// Holds the object at gate `gate` (castor::test::gate), then logs -1.
+  int64_t hold_at(std::string gate) {
+    if (!castor::test::gate(gate).pass(std::chrono::seconds(30)))
+      throw std::runtime_error("gate '" + gate + "' was not opened within 30 s");
+    log_.push_back(-1);
+    return -1;
+  }
+  std::vector<int64_t> log() const { return log_; }
+  std::string whose() const { return castor::current_worker().name(); }
+  int64_t raise(std::string why) { throw std::runtime_error(why); }
+  /// Waits on a call to `worker` (M2 refuses it).
+  int64_t wait_inside(std::string worker) {
+    return castor::current_worker().rpc_sync<int64_t>(worker, "sleep_ms", int64_t(1));
+  }
+
+ private:
+  int64_t size_;
+  int64_t pushed_ = 0;
+  int64_t sum_ = 0;
+  castor::Promise<int64_t> round_;
+  std::vector<int64_t> log_;  // pushes' values, -1 for hold_at, in the order they ran
 };
 
 // The same, but calls may overlap (it synchronizes itself).

@@ -12,6 +12,10 @@
 //           "bulk"      rank 0: a tensor sent over the bulk link, and a
 //                       second one still on its way (B7: its head written,
 //                       its answer due: B14)
+//           "arrival_round" rank 0: a push into a round of 2 on worker1's
+//                       ArrivalRound, whose method runs on arrival (Note
+//                       [Methods run on arrival]), waiting for the round,
+//                       which worker1 closes 1.5 s later
 //           "stream"    rank 0: 5000 small calls to worker1 sent without
 //                       waiting (B13: the link's writer sends them in
 //                       batches), most still on their way
@@ -62,6 +66,7 @@
 #include "support/certs.hpp"
 #include "support/cluster.hpp"
 #include "support/fork_probe.hpp"
+#include "support/test_functions.hpp"
 
 namespace {
 
@@ -90,6 +95,7 @@ void wait_for_file(const std::string& path, const char* what) {
 struct LiveState {
   std::optional<castor::autograd::Context> context;
   std::vector<castor::RRef<at::Tensor>> rrefs;
+  std::optional<castor::RRef<ArrivalRound>> round;
   std::vector<castor::Future<int64_t>> calls;
   std::vector<castor::Future<at::Tensor>> tensor_calls;
   std::optional<castor::optim::DistributedOptimizer> optimizer;
@@ -121,6 +127,11 @@ void make_live_rank0(castor::Worker& w, const std::string& kind, LiveState& s) {
     s.rrefs = {theirs, mine};
   } else if (kind == "pending") {
     s.calls.push_back(w.rpc_async<int64_t>("worker1", "sleep_ms", int64_t(1500)));
+  } else if (kind == "arrival_round") {
+    auto round = w.remote<ArrivalRound>("worker1", "ArrivalRound", int64_t(2));
+    s.calls.push_back(round.rpc_async<int64_t>("push", int64_t(3)));
+    s.calls.push_back(round.rpc_async<int64_t>("close_in", int64_t(1500)));
+    s.round = round;
   } else if (kind == "optimizer") {
     auto params = w.rpc_sync<std::vector<castor::RRef<at::Tensor>>>("worker1", "shared_linear_params");
     s.optimizer.emplace(w, castor::optim::SGD{0.1}, params);

@@ -179,3 +179,27 @@ TEST_CASE("blocking on a CAF scheduler thread is refused, not a deadlock") {
   t.join();
   CHECK(message.find("CAF scheduler thread") != std::string::npos);
 }
+
+TEST_CASE("a Future wait inside a method run on arrival is refused naming worker and method, and a done one is read (M2)") {
+  Promise<int64_t> p;
+  auto pending = p.future();
+  auto done = make_ready_future(int64_t(4));
+  std::string message;
+  int64_t read = 0;
+  std::thread t([&] {
+    const std::string worker = "worker7", method = "Round.push";
+    const castor::detail::ArrivalMethod running{&worker, &method};
+    castor::detail::ArrivalMethodScope marked(running);
+    read = done.wait();  // nothing to wait for: no refusal
+    try {
+      pending.wait();
+    } catch (const RpcError& e) {
+      message = e.what();
+    }
+  });
+  t.join();
+  CHECK(read == 4);
+  CHECK(message.find("worker worker7: method 'Round.push' runs on arrival") != std::string::npos);
+  CHECK(message.find("must not wait on a Future") != std::string::npos);
+  CHECK(castor::detail::arrival_method() == nullptr);  // this thread was never marked
+}

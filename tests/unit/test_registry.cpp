@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include "actors/api/registry.hpp"
+#include "rref/class_registry.hpp"
 
 using namespace castor;
 using namespace castor::detail;
@@ -80,4 +81,27 @@ TEST_CASE("the registry finds functions and reports duplicates") {
   CHECK_FALSE(reg.problems().empty());
   CHECK(reg.problems().back().find("'unit_dup' is registered twice") != std::string::npos);
   CHECK(reg.find("nope") == nullptr);
+}
+
+namespace {
+struct UnitMarked {
+  int64_t get() const { return 1; }
+  int64_t put(int64_t v) { return v; }
+};
+}  // namespace
+
+TEST_CASE("runs_on_arrival marks a registered method, and naming none is a registration problem (Note [Methods run on arrival])") {
+  ClassBuilder<UnitMarked>::create("UnitMarked")
+      .constructor<>()
+      .method("get", &UnitMarked::get)
+      .method("put", &UnitMarked::put)
+      .runs_on_arrival("put")
+      .runs_on_arrival("nope");
+  const auto* cls = ClassRegistry::instance().find("UnitMarked");
+  REQUIRE(cls != nullptr);
+  CHECK(cls->method("put")->on_arrival);
+  CHECK_FALSE(cls->method("get")->on_arrival);
+  auto& problems = FunctionRegistry::instance().problems();
+  REQUIRE_FALSE(problems.empty());
+  CHECK(problems.back() == "class 'UnitMarked': runs_on_arrival(\"nope\") names no method registered before it");
 }
